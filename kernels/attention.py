@@ -1,0 +1,109 @@
+"""Attention dispatch shared by the generator and the trainer.
+
+Two entry points, both on packed (unpadded) queries:
+
+- `varlen_attention`: causal self-attention over packed sequences
+  (`cu_seqlens`), used by training, scoring and anything without a cache.
+- `cache_attention`: queries of some rows attend to those rows' KV cache
+  (which already holds the new keys). Prefill, chunked continuation and the
+  one-token decode step are the same call; query i of a row with Tq new
+  tokens and kv_len valid keys sits at position kv_len - Tq + i
+  (bottom-right causal alignment, as in FlashAttention).
+
+Backends, picked per call: the `flash_attn` package when installed (CUDA,
+fp16/bf16), torch's own FlashAttention `varlen_attn` (torch >= 2.10, CUDA,
+fp16/bf16), else a math path that loops over sequences with SDPA. The math
+path is the reference the tests compare the others with; it needs host
+sync (lengths as Python ints), which is fine on the CPU.
+"""
+import os
+
+import torch
+import torch.nn.functional as F
+
+try:  # the optional GPU package
+    from flash_attn import flash_attn_varlen_func, flash_attn_with_kvcache
+except ImportError:  # pragma: no cover - depends on the machine
+    flash_attn_varlen_func = flash_attn_with_kvcache = None
+
+try:
+    from torch.nn.attention.varlen import varlen_attn
+except ImportError:  # pragma: no cover - torch < 2.10
+    varlen_attn = None
+
+
+def pick_backend(q: torch.Tensor) -> str:
+    """'flash_attn', 'torch_flash' or 'math' for a query tensor; R1_ATTN overrides."""
+    forced = os.environ.get("R1_ATTN")
+    if forced:
+        return forced
+    if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16):
+        if flash_attn_varlen_func is not None:
+            return "flash_attn"
+        if varlen_attn is not None:
+            return "torch_flash"
+    return "math"
+
+
+def _sdpa(q, k, v, causal_offset):
+    """q [Tq, Hq, D], k/v [Tk, Hkv, D] -> [Tq, Hq, D]; query i sees keys <= i + causal_offset."""
+    hq, hkv = q.shape[1], k.shape[1]
+    if hq != hkv:
+        k = k.repeat_interleave(hq // hkv, dim=1)
+        v = v.repeat_interleave(hq // hkv, dim=1)
+    tq, tk = q.shape[0], k.shape[0]
+    qi = torch.arange(tq, device=q.device)[:, None]
+    kj = torch.arange(tk, device=q.device)[None, :]
+    mask = kj <= qi + causal_offset  # [Tq, Tk]
+    out = F.scaled_dot_product_attention(
+        q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=mask
+    )
+    return out.transpose(0, 1)
+
+
+def varlen_attention(q, k, v, cu_seqlens, max_seqlen: int, backend: str | None = None):
+    """Causal attention over packed sequences.
+
+    q [N, Hq, D], k/v [N, Hkv, D], cu_seqlens [S+1] int32 (sequence i is
+    rows cu[i]:cu[i+1]), max_seqlen: longest sequence -> out [N, Hq, D].
+    """
+    backend = backend or pick_backend(q)
+    if backend == "flash_attn":
+        return flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, causal=True)
+    if backend == "torch_flash":
+        return varlen_attn(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
+                           window_size=(-1, 0), enable_gqa=q.shape[1] != k.shape[1])
+    bounds = cu_seqlens.tolist()
+    out = torch.empty_like(q)
+    for s, e in zip(bounds[:-1], bounds[1:]):
+        if e > s:
+            out[s:e] = _sdpa(q[s:e], k[s:e], v[s:e], 0)
+    return out
+
+
+def cache_attention(q, k_cache, v_cache, cu_q, max_q: int, rows, kv_lens, backend: str | None = None):
+    """Queries of B rows attend to their rows of a KV cache.
+
+    q [Nq, Hq, D] packed (row b owns q[cu_q[b]:cu_q[b+1]]), k_cache/v_cache
+    [S, L, Hkv, D] (S slots of L positions), rows [B] long: the slot of each
+    row, kv_lens [B] int32: valid keys per row, new ones included -> [Nq, Hq, D].
+    """
+    backend = backend or pick_backend(q)
+    B = rows.shape[0]
+    if backend == "torch_flash":
+        # One page per slot: the block table maps each row to its slot, so no
+        # cache row is ever copied, and decode needs no host sync (graph-safe).
+        return varlen_attn(q, k_cache, v_cache, cu_q, None, max_q, k_cache.shape[1],
+                           window_size=(-1, 0), enable_gqa=q.shape[1] != k_cache.shape[2],
+                           seqused_k=kv_lens, block_table=rows.to(torch.int32)[:, None])
+    if backend == "flash_attn" and q.shape[0] == B:  # decode: one query per row
+        out = flash_attn_with_kvcache(q[:, None], k_cache, v_cache, cache_seqlens=kv_lens,
+                                      cache_batch_idx=rows.to(torch.int32), causal=True)
+        return out[:, 0]
+    bounds, lens, slots = cu_q.tolist(), kv_lens.tolist(), rows.tolist()
+    out = torch.empty_like(q)
+    for b in range(B):
+        s, e, n = bounds[b], bounds[b + 1], lens[b]
+        if e > s:
+            out[s:e] = _sdpa(q[s:e], k_cache[slots[b], :n], v_cache[slots[b], :n], n - (e - s))
+    return out

@@ -1,0 +1,361 @@
+"""The batched KV-cache generator: prefill, decode, sampling, stops, logprobs.
+
+Built for RL rollouts, where the sampler's logprobs must be the trainer's:
+it runs the same `Transformer` code as training (only the attention call
+differs: a cache instead of packed sequences), so the two agree up to
+floating-point kernel choice, and the gap is measured every iteration.
+
+Layout. One preallocated cache of `slots` rows x `max_len` positions (plus
+one scratch slot that padding rows write to). Every row has its own length
+and positions: no shared position, no left padding. A key (an episode)
+holds a slot from its first request until `release(key)`, so its cache
+stays alive across environment steps: the next request of the same key
+whose prompt extends the cached ids prefills only the new suffix (chunked
+prefill); a prompt that does not extend them (the environment rewrote the
+context) is re-prefilled from scratch in the same slot.
+
+Continuous batching. `step()` admits queued requests into free slots,
+decodes the running rows for up to `sync_every` tokens without a host
+sync, then checks stops on the host once (EOS / end-of-turn ids, stop
+strings matched on decoded text so a stop split across tokens is found,
+max new tokens). Finished rows return at once; their slots take the next
+request on the following `step()`.
+
+Logprob definition. For a sampled token y, we record
+log softmax(logits / T)[y] over the FULL vocabulary at the rollout
+temperature T, even when top-k/top-p restrict sampling. That is the
+distribution the trainer scores (logits / T, full log-softmax), so the
+recorded value is exactly what the loss recomputes; the truncation is a
+sampling-side choice that the ratio's importance weight does not model
+(see docs/algorithms.md, truncated importance sampling). Greedy (T = 0)
+records log softmax(logits)[y].
+
+CUDA graphs: on CUDA with `cuda_graphs=True`, the decode forward for each
+batch-size bucket is captured once and replayed (padding rows go to the
+scratch slot).
+"""
+from dataclasses import dataclass, field
+
+import torch
+
+from r1.model import CacheStep, KVCache, Transformer
+
+STOP_WINDOW = 16  # tokens re-decoded before new ones when matching stop strings
+BUCKETS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+
+
+@dataclass
+class Sampling:
+    temperature: float = 1.0  # 0 = greedy
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int = 0
+
+
+@dataclass
+class Completion:
+    key: object
+    prompt_ids: list
+    token_ids: list
+    logprobs: list
+    finish: str  # eos | stop | length
+
+
+@dataclass
+class _Row:
+    key: object
+    slot: int
+    prompt: list
+    max_new: int
+    tokens: list = field(default_factory=list)
+    logprobs: list = field(default_factory=list)
+    pos: int = 0  # position of the next token to feed = tokens whose KV is in the cache
+    checked: int = 0  # tokens already scanned for stops
+
+
+def sample(logits, s: Sampling, generator=None):
+    """logits [B, V] fp32 -> (tokens [B], logprobs [B]) with the logprob rule above."""
+    if s.temperature <= 0:
+        tok = logits.argmax(-1)
+        return tok, torch.log_softmax(logits, -1).gather(-1, tok[:, None])[:, 0]
+    z = logits / s.temperature
+    logp = torch.log_softmax(z, -1)
+    filt = z
+    if s.top_k > 0 and s.top_k < z.shape[-1]:
+        kth = torch.topk(z, s.top_k, dim=-1).values[:, -1:]
+        filt = filt.masked_fill(filt < kth, float("-inf"))
+    if s.top_p < 1.0:
+        sorted_z, idx = torch.sort(filt, dim=-1, descending=True)
+        cum = torch.softmax(sorted_z, -1).cumsum(-1)
+        drop = cum - torch.softmax(sorted_z, -1) > s.top_p  # keep the token that crosses p
+        filt = filt.scatter(-1, idx, sorted_z.masked_fill(drop, float("-inf")))
+    # Exponential race = categorical sample, with no host sync (gpt-fast's trick).
+    q = torch.empty_like(filt).exponential_(1, generator=generator)
+    tok = (torch.softmax(filt, -1) / q).argmax(-1)
+    return tok, logp.gather(-1, tok[:, None])[:, 0]
+
+
+class Generator:
+    def __init__(self, model: Transformer, slots: int, max_len: int, stop_ids=(), stop_strings=(), decode=None,
+                 sampling: Sampling | None = None, sync_every: int | None = None, prefill_tokens: int = 8192,
+                 cuda_graphs: bool = False):
+        if max_len < 2 or slots < 1:
+            raise ValueError(f"generator needs slots >= 1 and max_len >= 2, got slots={slots} max_len={max_len}")
+        if stop_strings and decode is None:
+            raise ValueError("stop_strings need a decode(ids) -> str function")
+        self.model = model
+        self.slots, self.max_len = slots, max_len
+        p = next(model.parameters())
+        self.device, self.dtype = p.device, p.dtype
+        self.cache = KVCache.empty(model.cfg, slots + 1, max_len, self.dtype, self.device)
+        self.scratch = slots
+        self.stop_ids = set(int(i) for i in stop_ids)
+        self.stop_strings = list(stop_strings)
+        self.decode = decode
+        self.sampling = sampling or Sampling()
+        self.sync_every = sync_every or (16 if self.device.type == "cuda" else 1)
+        self.prefill_tokens = prefill_tokens
+        self.generator = torch.Generator(device=self.device).manual_seed(self.sampling.seed)
+        self.queue: list = []  # (key, prompt, max_new)
+        self.running: dict = {}  # slot -> _Row
+        self.owner: dict = {}  # key -> slot
+        self.cached: dict = {}  # slot -> ids whose KV is in the cache
+        self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
+        self.graphs: dict = {}
+        self.stop_ids_t = torch.tensor(sorted(self.stop_ids) or [-1], device=self.device)
+
+    # -- public API --------------------------------------------------------
+    def set_sampling(self, s: Sampling):
+        self.sampling = s
+        self.generator.manual_seed(s.seed)
+
+    def submit(self, key, prompt_ids, max_new_tokens: int):
+        """Queue a request; `key` keeps its slot (and cache) until release(key)."""
+        prompt = [int(t) for t in prompt_ids]
+        if not prompt:
+            raise ValueError(f"empty prompt for request {key!r}")
+        if len(prompt) >= self.max_len:
+            raise ValueError(f"prompt of {len(prompt)} tokens for request {key!r} does not fit the KV cache "
+                             f"({self.max_len} positions); raise rollout.cache_len or shorten the context")
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if key in {q[0] for q in self.queue} or any(r.key == key for r in self.running.values()):
+            raise ValueError(f"request {key!r} is already queued or running")
+        self.queue.append((key, prompt, max_new_tokens))
+
+    def release(self, key):
+        """Free the slot of a finished episode."""
+        slot = self.owner.pop(key, None)
+        if slot is not None:
+            self.cached.pop(slot, None)
+
+    def busy(self) -> bool:
+        return bool(self.queue or self.running)
+
+    def free_slots(self) -> int:
+        return self.slots - len(self.owner) - sum(1 for q in self.queue if q[0] not in self.owner)
+
+    @torch.no_grad()
+    def generate(self, prompts, max_new_tokens: int, sampling: Sampling | None = None) -> list[Completion]:
+        """Convenience: generate for a list of prompts, in order."""
+        if sampling is not None:
+            self.set_sampling(sampling)
+        for i, p in enumerate(prompts):
+            self.submit(("generate", i), p, max_new_tokens)
+        done = {}
+        while self.busy():
+            for c in self.step():
+                done[c.key[1]] = c
+                self.release(c.key)
+        return [done[i] for i in range(len(prompts))]
+
+    @torch.no_grad()
+    def step(self) -> list[Completion]:
+        """Admit queued requests, decode a few tokens, return what finished."""
+        self._admit()
+        if not self.running:
+            return []
+        rows = list(self.running.values())
+        n = min(self.sync_every, min(min(r.max_new - len(r.tokens), self.max_len - r.pos) for r in rows))
+        if n > 0:
+            self._decode(rows, n)
+        return self._collect(rows)
+
+    # -- internals ---------------------------------------------------------
+    def _admit(self):
+        waiting, starts = [], []
+        for key, prompt, max_new in self.queue:
+            slot = self.owner.get(key)
+            if slot is None:
+                free = [s for s in range(self.slots) if s not in self.owner.values()]
+                if not free:
+                    waiting.append((key, prompt, max_new))
+                    continue
+                slot = free[0]
+                self.owner[key] = slot
+            cached = self.cached.get(slot, [])
+            keep = len(cached) if prompt[: len(cached)] == cached and len(cached) < len(prompt) else 0
+            row = _Row(key, slot, prompt, min(max_new, self.max_len - len(prompt)), pos=keep)
+            starts.append(row)
+        self.queue = waiting
+        if not starts:
+            return
+        # Prefill the uncached part of each prompt, packed, in chunks of a token budget.
+        todo = {id(r): r.pos for r in starts}
+        last_hidden = {}
+        while todo:
+            batch, budget = [], self.prefill_tokens
+            for r in starts:
+                done = todo.get(id(r))
+                if done is None or budget <= 0:
+                    continue
+                take = min(len(r.prompt) - done, budget)
+                batch.append((r, done, take))
+                budget -= take
+            h = self._forward_chunk(batch)
+            ends = torch.tensor([t for _, _, t in batch], device=self.device).cumsum(0) - 1
+            for (r, done, take), end in zip(batch, ends):
+                if done + take == len(r.prompt):
+                    last_hidden[id(r)] = h[end]
+                    del todo[id(r)]
+                else:
+                    todo[id(r)] = done + take
+        logits = self.model.head(torch.stack([last_hidden[id(r)] for r in starts])).float()
+        tok, lp = sample(logits, self.sampling, self.generator)
+        tok, lp = tok.tolist(), lp.tolist()
+        for r, t, l in zip(starts, tok, lp):
+            r.pos = len(r.prompt)
+            r.tokens, r.logprobs = [t], [l]
+            self.cached[r.slot] = list(r.prompt)
+            self.running[r.slot] = r
+
+    def _forward_chunk(self, batch):
+        """batch of (row, start, count): write prompt[start:start+count] into the cache -> hidden [N, H]."""
+        ids, pos, token_rows, cu = [], [], [], [0]
+        for i, (r, start, take) in enumerate(batch):
+            ids += r.prompt[start:start + take]
+            pos += range(start, start + take)
+            token_rows += [i] * take
+            cu.append(cu[-1] + take)
+        d = self.device
+        step = CacheStep(
+            rows=torch.tensor([r.slot for r, _, _ in batch], device=d),
+            token_rows=torch.tensor(token_rows, device=d),
+            cu_q=torch.tensor(cu, dtype=torch.int32, device=d),
+            max_q=max(t for _, _, t in batch),
+            kv_lens=torch.tensor([s + t for _, s, t in batch], dtype=torch.int32, device=d),
+        )
+        return self.model.hidden(torch.tensor(ids, device=d), torch.tensor(pos, device=d), cache=self.cache, step=step)
+
+    def _decode(self, rows, n):
+        """Decode n tokens for every running row with no host sync in between."""
+        d, B = self.device, len(rows)
+        Bp = next((b for b in BUCKETS if b >= B), B) if self.cuda_graphs else B
+        pad = Bp - B
+        slots = torch.tensor([r.slot for r in rows] + [self.scratch] * pad, device=d)
+        pos = torch.tensor([r.pos for r in rows] + [0] * pad, device=d)
+        tok = torch.tensor([r.tokens[-1] for r in rows] + [0] * pad, device=d)
+        out_tok = torch.empty(n, Bp, dtype=torch.long, device=d)
+        out_lp = torch.empty(n, Bp, dtype=torch.float32, device=d)
+        for i in range(n):
+            logits = self._decode_logits(tok, pos, slots)
+            tok, lp = sample(logits, self.sampling, self.generator)
+            out_tok[i], out_lp[i] = tok, lp
+            pos = pos + 1
+        out_tok, out_lp = out_tok[:, :B].T.tolist(), out_lp[:, :B].T.tolist()  # the one sync
+        for r, t, l in zip(rows, out_tok, out_lp):
+            r.tokens += t
+            r.logprobs += l
+            r.pos += n
+
+    def _decode_logits(self, tok, pos, slots):
+        B = tok.shape[0]
+        if self.cuda_graphs:
+            return self._graph_decode(tok, pos, slots)
+        d = self.device
+        step = CacheStep(rows=slots, token_rows=torch.arange(B, device=d),
+                         cu_q=torch.arange(B + 1, dtype=torch.int32, device=d), max_q=1,
+                         kv_lens=(pos + 1).to(torch.int32))
+        return self.model.head(self.model.hidden(tok, pos, cache=self.cache, step=step)).float()
+
+    def _graph_decode(self, tok, pos, slots):
+        B = tok.shape[0]
+        g = self.graphs.get(B)
+        if g is None:
+            g = self._capture(B)
+            self.graphs[B] = g
+        g["tok"].copy_(tok)
+        g["pos"].copy_(pos)
+        g["slots"].copy_(slots)
+        g["graph"].replay()
+        return g["logits"]
+
+    def _capture(self, B):
+        d = self.device
+        bufs = {"tok": torch.zeros(B, dtype=torch.long, device=d), "pos": torch.zeros(B, dtype=torch.long, device=d),
+                "slots": torch.full((B,), self.scratch, dtype=torch.long, device=d)}
+        ar = torch.arange(B, device=d)
+        cu = torch.arange(B + 1, dtype=torch.int32, device=d)
+
+        def run():
+            step = CacheStep(rows=bufs["slots"], token_rows=ar, cu_q=cu, max_q=1,
+                             kv_lens=(bufs["pos"] + 1).to(torch.int32))
+            return self.model.head(self.model.hidden(bufs["tok"], bufs["pos"], cache=self.cache, step=step)).float()
+
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(2):
+                run()
+        torch.cuda.current_stream().wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            logits = run()
+        return {**bufs, "graph": graph, "logits": logits}
+
+    def _collect(self, rows) -> list[Completion]:
+        done = []
+        for r in rows:
+            cut, finish = self._find_stop(r)
+            if cut is None and len(r.tokens) >= r.max_new:
+                cut, finish = r.max_new, "length"
+            if cut is None and r.pos >= self.max_len:
+                cut, finish = len(r.tokens), "length"
+            if cut is None:
+                continue
+            tokens, logprobs = r.tokens[:cut], r.logprobs[:cut]
+            # KV is valid for the prompt and every response token but the last (never fed).
+            self.cached[r.slot] = r.prompt + tokens[:-1]
+            del self.running[r.slot]
+            done.append(Completion(r.key, r.prompt, tokens, logprobs, finish))
+        return done
+
+    def _find_stop(self, r: _Row):
+        """First stop in r.tokens -> (number of tokens to keep, reason) or (None, None).
+
+        Only the tokens since the last check are scanned (plus a window of
+        STOP_WINDOW tokens before them for a stop string split across the
+        boundary), so the host cost per check does not grow with length.
+        """
+        start = r.checked
+        r.checked = len(r.tokens)
+        eos = next((i + 1 for i in range(start, len(r.tokens)) if r.tokens[i] in self.stop_ids), None)
+        if self.stop_strings:
+            lo = max(0, start - STOP_WINDOW)
+            hit = self._find_stop_string(r.tokens[lo: eos or len(r.tokens)])
+            if hit is not None:
+                return lo + hit, "stop"
+        return (eos, "eos") if eos is not None else (None, None)
+
+    def _find_stop_string(self, tokens):
+        """Smallest prefix of tokens whose text holds a stop string, or None."""
+        if not tokens or not any(s in self.decode(tokens) for s in self.stop_strings):
+            return None
+        lo, hi = 1, len(tokens)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if any(s in self.decode(tokens[:mid]) for s in self.stop_strings):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo

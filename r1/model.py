@@ -1,0 +1,315 @@
+"""The Transformer: Llama (SmolLM2), Qwen2/2.5 (qkv bias) and Qwen3 (q/k RMSNorm).
+
+One file, one config dataclass, every op of a layer on one screen. The core
+forward is packed: token ids [N] with position ids [N] and `cu_seqlens`
+(no padding, no attention mask). The same forward serves
+
+- training and scoring (packed steps, `kernels.attention.varlen_attention`),
+- the generator (prefill, chunked continuation and decode write their keys
+  into a `KVCache` and attend through `kernels.attention.cache_attention`),
+
+so sampler and trainer run the same ops and their logprobs agree by
+construction. `model(input_ids)` with a [B, T] tensor is the convenience
+form returning [B, T, vocab] logits. Parameter names are Hugging Face's, so
+checkpoints load without a name map. With `value_head=True` the LM head is
+replaced by a scalar head (the critic).
+"""
+from dataclasses import asdict, dataclass, fields
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from kernels.attention import cache_attention, varlen_attention
+
+ARCHS = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+
+
+@dataclass
+class ModelConfig:
+    arch: str = "llama"  # llama | qwen2 | qwen3
+    vocab_size: int = 49152
+    hidden_size: int = 576
+    intermediate_size: int = 1536
+    num_layers: int = 30
+    num_heads: int = 9
+    num_kv_heads: int = 3
+    head_dim: int = 64
+    rope_theta: float = 10000.0
+    rms_eps: float = 1e-5
+    tie_embeddings: bool = True
+    qkv_bias: bool = False  # qwen2
+    qk_norm: bool = False  # qwen3
+    max_position_embeddings: int = 8192
+    bos_token_id: int | None = None
+    eos_token_id: int | list | None = None
+
+    @classmethod
+    def from_hf(cls, hf: dict) -> "ModelConfig":
+        arch = hf.get("model_type")
+        if arch not in ARCHS:
+            raise ValueError(f"unsupported architecture {arch!r}; supported: {', '.join(ARCHS)}")
+        scaling = hf.get("rope_scaling") or (hf.get("rope_parameters") or {})
+        if scaling.get("rope_type", scaling.get("type", "default")) not in ("default", None):
+            raise ValueError(f"unsupported rope scaling {scaling!r} (only plain RoPE is implemented)")
+        theta = hf.get("rope_theta", scaling.get("rope_theta", 10000.0))
+        return cls(
+            arch=arch, vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"],
+            intermediate_size=hf["intermediate_size"], num_layers=hf["num_hidden_layers"],
+            num_heads=hf["num_attention_heads"],
+            num_kv_heads=hf.get("num_key_value_heads") or hf["num_attention_heads"],
+            head_dim=hf.get("head_dim") or hf["hidden_size"] // hf["num_attention_heads"],
+            rope_theta=float(theta), rms_eps=hf.get("rms_norm_eps", 1e-6),
+            tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
+            qkv_bias=arch == "qwen2" or bool(hf.get("attention_bias", False)),
+            qk_norm=arch == "qwen3", max_position_embeddings=hf.get("max_position_embeddings", 8192),
+            bos_token_id=hf.get("bos_token_id"), eos_token_id=hf.get("eos_token_id"),
+        )
+
+    def to_hf(self, dtype: torch.dtype = torch.float32) -> dict:
+        hf = {
+            "architectures": [ARCHS[self.arch]], "model_type": self.arch,
+            "vocab_size": self.vocab_size, "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size, "num_hidden_layers": self.num_layers,
+            "num_attention_heads": self.num_heads, "num_key_value_heads": self.num_kv_heads,
+            "head_dim": self.head_dim, "rope_theta": self.rope_theta, "rms_norm_eps": self.rms_eps,
+            "tie_word_embeddings": self.tie_embeddings, "hidden_act": "silu",
+            "max_position_embeddings": self.max_position_embeddings,
+            "torch_dtype": str(dtype).removeprefix("torch."), "dtype": str(dtype).removeprefix("torch."),
+            "bos_token_id": self.bos_token_id, "eos_token_id": self.eos_token_id,
+        }
+        if self.arch == "llama":
+            hf["attention_bias"] = self.qkv_bias
+            hf["mlp_bias"] = False
+        return hf
+
+    def replace(self, **kw) -> "ModelConfig":
+        return ModelConfig(**{**asdict(self), **kw})
+
+
+def tiny_config(arch: str = "llama", tie: bool = True, vocab_size: int = 256, **kw) -> ModelConfig:
+    """A few-layer random model for CPU tests and the smoke config."""
+    base = dict(arch=arch, vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_layers=2,
+                num_heads=4, num_kv_heads=2, head_dim=16, tie_embeddings=tie,
+                qkv_bias=arch == "qwen2", qk_norm=arch == "qwen3", rms_eps=1e-6, rope_theta=10000.0)
+    base.update(kw)
+    return ModelConfig(**base)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x):
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def rope_cos_sin(position_ids, head_dim: int, theta: float, dtype):
+    """position_ids [N] -> cos, sin [N, head_dim] (HF layout: halves duplicated), fp32 math."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64, device=position_ids.device).float() / head_dim))
+    freqs = position_ids.float()[:, None] * inv_freq[None, :]
+    emb = torch.cat([freqs, freqs], dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def apply_rope(x, cos, sin):
+    """x [N, H, D]; cos/sin [N, D]."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos[:, None, :] + rotated * sin[:, None, :]
+
+
+@dataclass
+class KVCache:
+    """Preallocated keys/values: k, v [layers, slots, max_len, kv_heads, head_dim]."""
+    k: torch.Tensor
+    v: torch.Tensor
+
+    @classmethod
+    def empty(cls, cfg: ModelConfig, slots: int, max_len: int, dtype, device) -> "KVCache":
+        shape = (cfg.num_layers, slots, max_len, cfg.num_kv_heads, cfg.head_dim)
+        return cls(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
+
+
+@dataclass
+class CacheStep:
+    """Where a packed batch of new tokens goes in the cache.
+
+    rows [B] long: slot of each row; token_rows [Nq] long: row index (0..B-1)
+    of each token; cu_q [B+1] int32; max_q: longest row (Python int);
+    kv_lens [B] int32: valid cache length per row after this step.
+    The write position of a token is its position id.
+    """
+    rows: torch.Tensor
+    token_rows: torch.Tensor
+    cu_q: torch.Tensor
+    max_q: int
+    kv_lens: torch.Tensor
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        h, d = cfg.hidden_size, cfg.head_dim
+        self.q_proj = nn.Linear(h, cfg.num_heads * d, bias=cfg.qkv_bias)
+        self.k_proj = nn.Linear(h, cfg.num_kv_heads * d, bias=cfg.qkv_bias)
+        self.v_proj = nn.Linear(h, cfg.num_kv_heads * d, bias=cfg.qkv_bias)
+        self.o_proj = nn.Linear(cfg.num_heads * d, h, bias=False)
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(d, cfg.rms_eps)
+            self.k_norm = RMSNorm(d, cfg.rms_eps)
+
+    def forward(self, x, cos, sin, packed, cache_kv=None, step: CacheStep | None = None, positions=None):
+        n, cfg = x.shape[0], self.cfg
+        q = self.q_proj(x).view(n, cfg.num_heads, cfg.head_dim)
+        k = self.k_proj(x).view(n, cfg.num_kv_heads, cfg.head_dim)
+        v = self.v_proj(x).view(n, cfg.num_kv_heads, cfg.head_dim)
+        if cfg.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if cache_kv is None:
+            cu, max_len = packed
+            out = varlen_attention(q, k, v, cu, max_len)
+        else:
+            k_cache, v_cache = cache_kv
+            slots = step.rows[step.token_rows]
+            k_cache[slots, positions] = k.to(k_cache.dtype)
+            v_cache[slots, positions] = v.to(v_cache.dtype)
+            out = cache_attention(q, k_cache, v_cache, step.cu_q, step.max_q, step.rows, step.kv_lens)
+        return self.o_proj(out.reshape(n, cfg.num_heads * cfg.head_dim))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
+        self.self_attn = Attention(cfg)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, cos, sin, packed, cache_kv=None, step=None, positions=None):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, packed, cache_kv, step, positions)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Body(nn.Module):
+    """`model.*` in HF names: embeddings, blocks, final norm."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig, value_head: bool = False):
+        super().__init__()
+        self.cfg = cfg
+        self.value_head = value_head
+        self.model = Body(cfg)
+        if value_head:
+            self.score = nn.Linear(cfg.hidden_size, 1, bias=True)
+        elif not cfg.tie_embeddings:
+            self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+
+    # -- weights -----------------------------------------------------------
+    @property
+    def head_weight(self) -> torch.Tensor:
+        """The [vocab, hidden] output projection (tied: the embedding)."""
+        return self.model.embed_tokens.weight if self.cfg.tie_embeddings else self.lm_head.weight
+
+    @classmethod
+    def from_pretrained(cls, path_or_name, dtype=torch.float32, device="cpu", value_head: bool = False):
+        """HF directory, .gguf file or short name -> model in `dtype` on `device`.
+
+        Built on the meta device, then each tensor is loaded straight into
+        place (no random init, no second copy). A value model takes the
+        policy's body and a zero-initialised scalar head.
+        """
+        from r1.weights import check_state_dict, load_checkpoint
+
+        hf_config, state = load_checkpoint(path_or_name, dtype=dtype, device=device)
+        cfg = ModelConfig.from_hf(hf_config)
+        with torch.device("meta"):
+            model = cls(cfg, value_head=value_head)
+        expected = set(model.state_dict())
+        if value_head:
+            state = {k: v for k, v in state.items() if k.startswith("model.")}
+            state.setdefault("score.weight", torch.zeros(1, cfg.hidden_size, dtype=dtype, device=device))
+            state.setdefault("score.bias", torch.zeros(1, dtype=dtype, device=device))
+        elif cfg.tie_embeddings:
+            state.pop("lm_head.weight", None)
+        check_state_dict(expected, state, source=str(path_or_name))
+        model.load_state_dict(state, assign=True)
+        return model.to(device=device, dtype=dtype)
+
+    def save_pretrained(self, out_dir, tokenizer=None):
+        """Write HF format (safetensors + config.json + tokenizer files)."""
+        from r1.weights import save_hf
+
+        if self.value_head:
+            raise ValueError("save_pretrained exports policies; a value model has no LM head")
+        dtype = self.model.embed_tokens.weight.dtype
+        hf = self.cfg.to_hf(dtype)
+        tok = getattr(tokenizer, "hf", tokenizer)
+        if tok is not None:
+            hf["bos_token_id"] = hf["bos_token_id"] if hf["bos_token_id"] is not None else tok.bos_token_id
+            hf["eos_token_id"] = hf["eos_token_id"] if hf["eos_token_id"] is not None else tok.eos_token_id
+        state = {k: v.detach() for k, v in self.state_dict().items()}
+        save_hf(state, hf, out_dir, tokenizer=tok)
+
+    # -- forward -----------------------------------------------------------
+    def hidden(self, input_ids, position_ids, cu_seqlens=None, max_seqlen=None, cache: KVCache | None = None,
+               step: CacheStep | None = None):
+        """Packed forward to final normed hidden states: ids [N], positions [N] -> [N, hidden]."""
+        x = self.model.embed_tokens(input_ids)
+        cos, sin = rope_cos_sin(position_ids, self.cfg.head_dim, self.cfg.rope_theta, x.dtype)
+        packed = (cu_seqlens, max_seqlen)
+        for i, layer in enumerate(self.model.layers):
+            kv = None if cache is None else (cache.k[i], cache.v[i])
+            x = layer(x, cos, sin, packed, kv, step, position_ids)
+        return self.model.norm(x)
+
+    def head(self, h):
+        """Hidden [..., hidden] -> logits [..., vocab] (or values [...] for a value model)."""
+        if self.value_head:
+            return self.score(h).squeeze(-1)
+        return F.linear(h, self.head_weight)
+
+    def forward(self, input_ids, position_ids=None, cu_seqlens=None, max_seqlen=None, cache=None, step=None):
+        """[B, T] ids -> [B, T, vocab] logits; or packed ids [N] (with position_ids,
+        cu_seqlens, max_seqlen, or a cache step) -> [N, vocab]."""
+        if input_ids.dim() == 2:
+            B, T = input_ids.shape
+            dev = input_ids.device
+            pos = torch.arange(T, device=dev).repeat(B)
+            cu = torch.arange(0, (B + 1) * T, T, device=dev, dtype=torch.int32)
+            return self.head(self.hidden(input_ids.reshape(-1), pos, cu, T)).view(B, T, -1).squeeze(-1)
+        return self.head(self.hidden(input_ids, position_ids, cu_seqlens, max_seqlen, cache, step))
+
+
+def pack(seqs: list[list[int]], device="cpu"):
+    """Token-id lists -> (ids [N], position_ids [N], cu_seqlens [S+1] int32, max_seqlen)."""
+    lens = [len(s) for s in seqs]
+    ids = torch.tensor([t for s in seqs for t in s], dtype=torch.long, device=device)
+    pos = torch.tensor([p for n in lens for p in range(n)], dtype=torch.long, device=device)
+    cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0).tolist()), dtype=torch.int32, device=device)
+    return ids, pos, cu, max(lens) if lens else 0

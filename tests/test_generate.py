@@ -1,0 +1,177 @@
+"""The KV-cache generator against full forwards, a naive greedy loop and the trainer's logprobs."""
+import pytest
+import torch
+
+from r1.generate import Generator, Sampling, sample
+from r1.model import CacheStep, KVCache, Transformer, pack, tiny_config
+
+
+def tiny(arch="llama", seed=0, vocab=256, tie=False):
+    """Untied by default: a tied random model mostly repeats its input token."""
+    torch.manual_seed(seed)
+    return Transformer(tiny_config(arch, tie=tie, vocab_size=vocab)).eval()
+
+
+def full_logits(model, seq):
+    ids, pos, cu, mx = pack([seq])
+    with torch.no_grad():
+        return model(ids, pos, cu, mx)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
+def test_cache_decode_matches_full_forward(arch):
+    """Prefill rows of different lengths, decode through the cache, compare every step."""
+    model = tiny(arch)
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(0, 256, (n,), generator=g).tolist() for n in (3, 9, 5)]
+    cache = KVCache.empty(model.cfg, 4, 32, torch.float32, "cpu")
+    rows = torch.tensor([2, 0, 3])
+    ids, pos, cu, mx = pack(prompts)
+    lens = torch.tensor([len(p) for p in prompts])
+    step = CacheStep(rows, torch.repeat_interleave(torch.arange(3), lens), cu, mx, lens.to(torch.int32))
+    with torch.no_grad():
+        h = model.hidden(ids, pos, cache=cache, step=step)
+        ref = model(ids, pos, cu, mx)
+        assert (model.head(h) - ref).abs().max() < 1e-4
+        seqs = [list(p) for p in prompts]
+        for _ in range(6):
+            nxt = torch.randint(0, 256, (3,), generator=g)
+            p = torch.tensor([len(s) for s in seqs])
+            for s, t in zip(seqs, nxt.tolist()):
+                s.append(t)
+            st = CacheStep(rows, torch.arange(3), torch.arange(4, dtype=torch.int32), 1, (p + 1).to(torch.int32))
+            got = model(nxt, p, cache=cache, step=st)
+            for b in range(3):
+                want = full_logits(model, seqs[b])[-1]
+                assert (got[b] - want).abs().max() < 1e-4
+
+
+def naive_greedy(model, prompt, n, stop=()):
+    seq = list(prompt)
+    for _ in range(n):
+        t = int(full_logits(model, seq)[-1].argmax())
+        seq.append(t)
+        if t in stop:
+            break
+    return seq[len(prompt):]
+
+
+def test_greedy_equals_naive_loop_with_continuous_batching():
+    model = tiny()
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(0, 256, (n,), generator=g).tolist() for n in (4, 7, 2, 11, 5, 3)]
+    gen = Generator(model, slots=2, max_len=64)  # fewer slots than prompts: slots are refilled
+    outs = gen.generate(prompts, 10, Sampling(temperature=0))
+    for p, o in zip(prompts, outs):
+        assert o.token_ids == naive_greedy(model, p, 10)
+        assert o.finish == "length"
+
+
+def test_sampler_logprobs_equal_trainer_logprobs():
+    model = tiny(seed=3)
+    prompts = [[1, 2, 3], [9, 8, 7, 6, 5, 4], [42]]
+    for s in (Sampling(temperature=0.7, seed=5), Sampling(temperature=1.3, top_p=0.9, top_k=20, seed=6)):
+        gen = Generator(model, slots=3, max_len=40)
+        for c in gen.generate(prompts, 12, s):
+            seq = c.prompt_ids + c.token_ids
+            logits = full_logits(model, seq)[len(c.prompt_ids) - 1:-1] / s.temperature
+            ref = torch.log_softmax(logits, -1).gather(-1, torch.tensor(c.token_ids)[:, None])[:, 0]
+            assert (ref - torch.tensor(c.logprobs)).abs().max() < 1e-4
+
+
+def test_seeded_sampling_is_reproducible():
+    model = tiny()
+    runs = [Generator(model, 2, 40).generate([[1, 2], [3, 4, 5]], 8, Sampling(temperature=1.0, seed=11))
+            for _ in range(2)]
+    assert [c.token_ids for c in runs[0]] == [c.token_ids for c in runs[1]]
+
+
+def test_top_k_and_top_p_restrict_support():
+    torch.manual_seed(0)
+    logits = torch.randn(2000, 10)
+    tok, _ = sample(logits, Sampling(temperature=1.0, top_k=3))
+    top3 = logits.topk(3, -1).indices
+    assert (top3 == tok[:, None]).any(-1).all()
+    logits = torch.tensor([[3.0, 2.0, 0.0, -1.0]]).repeat(2000, 1)
+    tok, _ = sample(logits, Sampling(temperature=1.0, top_p=0.5))
+    assert set(tok.tolist()) == {0}  # p(token 0) = 0.69 > 0.5 alone covers the nucleus
+
+
+def test_stops_eos_and_length():
+    model = tiny()
+    prompt = [5, 6, 7]
+    free = naive_greedy(model, prompt, 12)
+    eos = free[4]
+    gen = Generator(model, 1, 64, stop_ids=[eos])
+    c = gen.generate([prompt], 12, Sampling(temperature=0))[0]
+    first = free.index(eos)
+    assert c.token_ids == free[: first + 1] and c.finish == "eos"
+    c = Generator(model, 1, 64).generate([prompt], 3, Sampling(temperature=0))[0]
+    assert c.token_ids == free[:3] and c.finish == "length"
+
+
+def test_stop_string_split_across_tokens():
+    """A stop string spanning several tokens (and starting mid-token) ends the response at its last token."""
+    model = tiny()
+    prompt = [5, 6, 7]
+    s = Sampling(temperature=1.0, seed=3)
+    free = Generator(model, 1, 64).generate([prompt], 16, s)[0].token_ids
+    assert len(set(free[5:8])) > 1
+    decode = lambda ids: "".join(f"<{t}>" for t in ids)  # noqa: E731 - a toy detokenizer
+    stop = f"{free[5]}><{free[6]}><{free[7]}"[1:]  # starts inside token 5, ends inside token 7
+    for sync in (1, 3, 16):
+        gen = Generator(model, 1, 64, stop_strings=[stop], decode=decode, sync_every=sync)
+        c = gen.generate([prompt], 16, s)[0]
+        assert c.token_ids == free[:8] and c.finish == "stop"
+
+
+def test_multi_turn_continuation_matches_fresh_prefill():
+    """Turn 2 extends turn 1's ids: only the suffix is prefilled, and results equal a fresh run."""
+    model = tiny(seed=2)
+    gen = Generator(model, 2, 96)
+    gen.set_sampling(Sampling(temperature=0))
+    gen.submit("ep", [1, 2, 3, 4], 6)
+    (c1,) = run_until_done(gen)
+    obs = [77, 78, 79]
+    prompt2 = c1.prompt_ids + c1.token_ids + obs
+    calls = []
+    orig = gen._forward_chunk
+    gen._forward_chunk = lambda batch: calls.append(sum(t for _, _, t in batch)) or orig(batch)
+    gen.submit("ep", prompt2, 6)
+    (c2,) = run_until_done(gen)
+    assert calls == [len(obs) + 1]  # the last sampled token + the observation, not the whole history
+    assert c2.token_ids == naive_greedy(model, prompt2, 6)
+    # the environment rewrote the context: the slot is re-prefilled from the new ids
+    prompt3 = [9, 9] + c2.token_ids
+    calls.clear()
+    gen.submit("ep", prompt3, 4)
+    (c3,) = run_until_done(gen)
+    assert calls == [len(prompt3)]
+    assert c3.token_ids == naive_greedy(model, prompt3, 4)
+
+
+def run_until_done(gen):
+    out = []
+    while gen.busy():
+        out += gen.step()
+    return out
+
+
+def test_bad_requests_are_clear_errors():
+    gen = Generator(tiny(), 1, 16)
+    with pytest.raises(ValueError, match="empty prompt"):
+        gen.submit("a", [], 4)
+    with pytest.raises(ValueError, match="does not fit the KV cache"):
+        gen.submit("b", list(range(16)), 4)
+    c = gen.generate([list(range(14))], 10, Sampling(temperature=0))[0]
+    assert len(c.token_ids) == 2 and c.finish == "length"  # clipped to the cache
+
+
+@pytest.mark.gpu
+def test_gpu_graph_decode_matches_eager():
+    torch.manual_seed(0)
+    model = Transformer(tiny_config(vocab_size=256)).cuda().to(torch.bfloat16).eval()
+    prompts = [[1, 2, 3], [4, 5, 6, 7, 8], [9]]
+    eager = Generator(model, 4, 64).generate(prompts, 16, Sampling(temperature=0))
+    graphed = Generator(model, 4, 64, cuda_graphs=True).generate(prompts, 16, Sampling(temperature=0))
+    assert [c.token_ids for c in eager] == [c.token_ids for c in graphed]

@@ -1,0 +1,62 @@
+"""Logit parity of r1.model.Transformer against transformers for each family."""
+import pytest
+import torch
+import transformers
+
+from r1.model import ModelConfig, Transformer, pack, tiny_config
+
+FAMILIES = [("llama", True), ("llama", False), ("qwen2", True), ("qwen2", False), ("qwen3", True), ("qwen3", False)]
+
+
+def hf_twin(cfg: ModelConfig, seed=0):
+    """A random transformers model of cfg and ours with the same weights."""
+    torch.manual_seed(seed)
+    hf_cfg = transformers.AutoConfig.for_model(**cfg.to_hf())
+    hf = transformers.AutoModelForCausalLM.from_config(hf_cfg, attn_implementation="eager").float().eval()
+    with torch.no_grad():  # random norms and biases so they are exercised
+        for name, p in hf.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                p.add_(torch.randn_like(p) * 0.1)
+    ours = Transformer(cfg)
+    missing, unexpected = ours.load_state_dict(hf.state_dict(), strict=False)
+    assert not missing, missing
+    assert set(unexpected) <= {"lm_head.weight"}, unexpected
+    return hf, ours.eval()
+
+
+@pytest.mark.parametrize("arch,tie", FAMILIES)
+def test_batched_parity(arch, tie):
+    hf, ours = hf_twin(tiny_config(arch, tie=tie))
+    ids = torch.randint(0, 256, (3, 11))
+    with torch.no_grad():
+        ref = hf(ids).logits
+        got = ours(ids)
+    assert got.shape == (3, 11, 256)
+    assert (got - ref).abs().max().item() < 1e-4
+
+
+@pytest.mark.parametrize("arch,tie", FAMILIES)
+def test_packed_parity(arch, tie):
+    hf, ours = hf_twin(tiny_config(arch, tie=tie))
+    g = torch.Generator().manual_seed(1)
+    seqs = [torch.randint(0, 256, (n,), generator=g).tolist() for n in (5, 13, 1, 8)]
+    ids, pos, cu, mx = pack(seqs)
+    with torch.no_grad():
+        got = ours(ids, pos, cu, mx)
+        for i, s in enumerate(seqs):
+            ref = hf(torch.tensor([s])).logits[0]
+            assert (got[cu[i]:cu[i + 1]] - ref).abs().max().item() < 1e-4
+
+
+def test_value_head_shape():
+    cfg = tiny_config()
+    critic = Transformer(cfg, value_head=True)
+    ids = torch.randint(0, 256, (2, 7))
+    assert critic(ids).shape == (2, 7)
+    ids, pos, cu, mx = pack([[1, 2, 3], [4, 5]])
+    assert critic(ids, pos, cu, mx).shape == (5,)
+
+
+def test_unsupported_arch():
+    with pytest.raises(ValueError, match="unsupported architecture 'mistral'"):
+        ModelConfig.from_hf({"model_type": "mistral"})
