@@ -21,6 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from kernels.attention import cache_attention, varlen_attention
+from kernels.logprob import logprob_entropy
 
 ARCHS = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
 
@@ -294,16 +295,28 @@ class Transformer(nn.Module):
             return self.score(h).squeeze(-1)
         return F.linear(h, self.head_weight)
 
-    def forward(self, input_ids, position_ids=None, cu_seqlens=None, max_seqlen=None, cache=None, step=None):
+    def forward(self, input_ids, position_ids=None, cu_seqlens=None, max_seqlen=None, cache=None, step=None,
+                sel=None, targets=None, temperature: float = 1.0):
         """[B, T] ids -> [B, T, vocab] logits; or packed ids [N] (with position_ids,
-        cu_seqlens, max_seqlen, or a cache step) -> [N, vocab]."""
+        cu_seqlens, max_seqlen, or a cache step) -> [N, vocab] logits ([N] values).
+
+        Training form: `sel` [M] picks the positions to score; with `targets`
+        [M] the policy returns (logp [M], entropy [M]) of softmax(logits / T)
+        through the fused kernel, never materialising [M, vocab] float32
+        logits. Everything goes through forward so FSDP's hooks see it.
+        """
         if input_ids.dim() == 2:
             B, T = input_ids.shape
             dev = input_ids.device
             pos = torch.arange(T, device=dev).repeat(B)
             cu = torch.arange(0, (B + 1) * T, T, device=dev, dtype=torch.int32)
             return self.head(self.hidden(input_ids.reshape(-1), pos, cu, T)).view(B, T, -1).squeeze(-1)
-        return self.head(self.hidden(input_ids, position_ids, cu_seqlens, max_seqlen, cache, step))
+        h = self.hidden(input_ids, position_ids, cu_seqlens, max_seqlen, cache, step)
+        if sel is not None:
+            h = h[sel]
+        if targets is not None:
+            return logprob_entropy(h, self.head_weight, targets, temperature=temperature)
+        return self.head(h)
 
 
 def pack(seqs: list[list[int]], device="cpu"):

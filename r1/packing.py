@@ -1,0 +1,100 @@
+"""Packing steps into training micro-batches: variable-length sequences, no padding.
+
+A step's training row is its prompt + response. When a trajectory is
+append-only (every prompt extends the previous prompt + response, the
+default context policy), its steps are one sequence: the last step's prompt
++ response contains every earlier step as a prefix, so the shared prefix is
+computed once, not once per step, and each step's response is a span of it.
+Otherwise every step is its own sequence. Causal attention makes both give
+the same logprobs and values (tested).
+
+Per micro-batch we keep flat tensors over the packed tokens ([N]) and over
+the predicted response tokens ([M]): `sel` are the positions whose next
+token is a response token (the logits at position j score token j + 1),
+and for each step the position of its last prompt token (where the critic
+gives the step's value).
+"""
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Sequence:
+    ids: list  # token ids of the packed sequence
+    spans: list  # (step_key, response_start, response_len) with step_key = (traj_index, step_index)
+    traj: int  # trajectory index (a sequence never mixes trajectories)
+
+
+@dataclass
+class MicroBatch:
+    input_ids: torch.Tensor  # [N]
+    position_ids: torch.Tensor  # [N]
+    cu_seqlens: torch.Tensor  # [S+1] int32
+    max_seqlen: int
+    sel: torch.Tensor  # [M] positions predicting a response token
+    targets: torch.Tensor  # [M] the response tokens
+    mask: torch.Tensor  # [M] float: 1 = trained on
+    tok_step: torch.Tensor  # [M] global step index (0..num_steps-1) of each token
+    tok_traj: torch.Tensor  # [M] trajectory index of each token
+    step_pos: torch.Tensor  # [K] position of the last prompt token of each step in this micro-batch
+    step_index: torch.Tensor  # [K] their global step indices
+    num_tokens: int  # N
+
+
+def sequences(trajs, pack_trajectories: bool = True) -> list:
+    out = []
+    for ti, t in enumerate(trajs):
+        if not t.steps:
+            continue
+        if pack_trajectories and t.is_append_only():
+            last = t.steps[-1]
+            spans = [((ti, si), len(s.prompt_ids), len(s.response_ids)) for si, s in enumerate(t.steps)]
+            out.append(Sequence(last.prompt_ids + last.response_ids, spans, ti))
+        else:
+            for si, s in enumerate(t.steps):
+                out.append(Sequence(s.prompt_ids + s.response_ids, [((ti, si), len(s.prompt_ids), len(s.response_ids))], ti))
+    return out
+
+
+def step_order(trajs) -> dict:
+    """(traj_index, step_index) -> global step index, in trajectory order."""
+    keys = [(ti, si) for ti, t in enumerate(trajs) for si in range(len(t.steps))]
+    return {k: i for i, k in enumerate(keys)}
+
+
+def split_by_tokens(seqs: list, max_tokens: int) -> list:
+    """Greedy split into lists of sequences of at most max_tokens (a longer sequence goes alone)."""
+    groups, cur, n = [], [], 0
+    for s in seqs:
+        if cur and n + len(s.ids) > max_tokens:
+            groups.append(cur)
+            cur, n = [], 0
+        cur.append(s)
+        n += len(s.ids)
+    if cur:
+        groups.append(cur)
+    return groups
+
+
+def collate(seqs: list, trajs, order: dict, device) -> MicroBatch:
+    ids, pos, cu = [], [], [0]
+    sel, targets, mask, tok_step, tok_traj, step_pos, step_index = [], [], [], [], [], [], []
+    for s in seqs:
+        base = len(ids)
+        ids += s.ids
+        pos += range(len(s.ids))
+        cu.append(len(ids))
+        for key, start, n in s.spans:
+            step = trajs[key[0]].steps[key[1]]
+            g = order[key]
+            sel += range(base + start - 1, base + start - 1 + n)
+            targets += s.ids[start:start + n]
+            mask += step.mask
+            tok_step += [g] * n
+            tok_traj += [key[0]] * n
+            step_pos.append(base + start - 1)
+            step_index.append(g)
+    t = lambda x, dt=torch.long: torch.tensor(x, dtype=dt, device=device)  # noqa: E731
+    return MicroBatch(t(ids), t(pos), t(cu, torch.int32), max(len(s.ids) for s in seqs), t(sel), t(targets),
+                      t(mask, torch.float32), t(tok_step), t(tok_traj), t(step_pos), t(step_index), len(ids))

@@ -1,0 +1,163 @@
+"""SFT warm-up on expert trajectories, loss on assistant tokens only.
+
+Expert chats (GSM8K's `<<48/2=24>>` annotations turned into calculator
+calls whose results our calculator computes; the synthetic task likewise)
+are laid out exactly as an RL episode would be: the opening prompt rendered
+with the generation prompt, then per assistant turn its content ids and the
+closing end-of-turn token (mask 1: the model must learn to emit them),
+the forced newline after it and the tool turn rendered incrementally (mask
+0). So SFT trains on the token structure RL will sample in.
+
+The run folder is the RL trainer's (config.yaml, metrics.jsonl, tensorboard,
+checkpoints/, hf/); `model.path=RUN_DIR/hf` starts RL from it.
+"""
+import os
+import random
+import time
+
+import torch
+
+from r1 import checkpoint, distributed
+from r1.logger import Logger
+from r1.tasks import gsm8k, synthetic
+from r1.tasks.data import load_rows
+from r1.tokenizer import load_tokenizer
+from r1.trainer import build_model, lr_lambda, prepare_run_dir
+
+
+def expert_example(tok, messages, tools) -> tuple:
+    """Expert chat -> (ids, mask) with mask 1 on assistant content and its end-of-turn token."""
+    first = next(i for i, m in enumerate(messages) if m["role"] == "assistant")
+    ids = tok.render(messages[:first], tools=tools)
+    mask = [0] * len(ids)
+    i = first
+    while i < len(messages):
+        m = messages[i]
+        if m["role"] == "assistant":
+            prev = tok.render_text(messages[:i], tools=tools, add_generation_prompt=True)
+            full = tok.render_text(messages[: i + 1], tools=tools, add_generation_prompt=False)
+            if not full.startswith(prev):
+                raise ValueError(f"chat template of {tok.name} re-renders earlier turns; cannot lay out SFT turns")
+            turn = full[len(prev):]
+            content_ids = tok.encode(turn)
+            body = content_ids
+            ids += body
+            # mask 1 up to and including the first end-of-turn token, 0 on what the template forces after it
+            stop = next((k for k, t in enumerate(body) if t in tok.stop_ids), len(body) - 1)
+            mask += [1] * (stop + 1) + [0] * (len(body) - stop - 1)
+            i += 1
+        else:
+            j = i
+            while j < len(messages) and messages[j]["role"] != "assistant":
+                j += 1
+            new = tok.render_next(messages[i:j], tools=tools, add_generation_prompt=j < len(messages))
+            ids += new
+            mask += [0] * len(new)
+            i = j
+    return ids, mask
+
+
+def expert_chats(cfg, rows) -> list:
+    if cfg.data.task == "synthetic":
+        return [synthetic.expert_messages(r) for r in rows]
+    return [gsm8k.expert_messages(r, tools=cfg.data.task == "gsm8k_tool") for r in rows]
+
+
+def run_sft(cfg):
+    d = distributed.init(cfg.run.device)
+    prepare_run_dir(cfg, d.main)
+    distributed.barrier(d)
+    torch.manual_seed(cfg.run.seed)
+    tok = load_tokenizer(cfg.model.tokenizer or (cfg.model.path if cfg.model.path != "tiny" else "smollm2-135m-instruct"))
+    model = build_model(cfg.model.path, cfg, tok, d.device, seed=cfg.run.seed)
+    mcfg = model.cfg
+    model = distributed.parallelize(model, d, cfg.train.activation_checkpointing)
+    tools = [_calculator_schema()] if cfg.data.task in ("gsm8k_tool", "synthetic") else None
+    rows = load_rows(cfg, "train")
+    examples = [expert_example(tok, m, tools) for m in expert_chats(cfg, rows)]
+    examples = [e for e in examples if len(e[0]) <= cfg.env.max_context]
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay, betas=(0.9, 0.95))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg, cfg.train.steps))
+    models, optims, scheds = {"policy": model}, {"policy": opt}, {"policy": sched}
+    start = 0
+    if cfg.run.resume and checkpoint.latest(cfg.run.dir):
+        start = int(checkpoint.load(checkpoint.latest(cfg.run.dir), models, optims, scheds, d)["iteration"])
+    log = Logger(cfg.run.dir, d.main, cfg.log.tensorboard, cfg.log.progress, cfg.train.steps, start)
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=d.device.type == "cuda" and d.world == 1)
+    B = cfg.train.sft_batch
+    try:
+        for step in range(start, cfg.train.steps):
+            t0 = time.time()
+            batch = _batch(examples, step, B, cfg.run.seed)[d.rank::d.world]
+            total = float(distributed.all_sum(sum(sum(m) for _, m in batch), d)) / d.world
+            opt.zero_grad(set_to_none=True)
+            loss_sum, ntok = 0.0, 0
+            for group in _by_tokens(batch, cfg.train.micro_tokens):
+                ids, pos, cu, mx, sel, tgt, msk = _collate(group, d.device)
+                with autocast:
+                    logp, _ = model(ids, pos, cu, mx, sel=sel, targets=tgt)
+                loss = -(logp.float() * msk).sum() / max(total, 1.0)
+                loss.backward()
+                loss_sum += float(loss) * d.world
+                ntok += len(ids)
+            gn = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip or float("inf"))
+            gn = gn.full_tensor() if hasattr(gn, "full_tensor") else gn
+            if torch.isfinite(gn):
+                opt.step()
+                sched.step()
+            dt = time.time() - t0
+            log.log(step + 1, {"sft_loss": float(distributed.all_sum(loss_sum, d)) / d.world, "grad_norm": float(gn),
+                               "lr": sched.get_last_lr()[0], "train_tok_s": float(distributed.all_sum(ntok, d)) / dt})
+            if (step + 1) % cfg.train.checkpoint_every == 0 or step + 1 == cfg.train.steps:
+                checkpoint.save(cfg.run.dir, step + 1, models, optims, scheds, {"iteration": step + 1}, d)
+        from r1.weights import save_hf
+
+        full = distributed.full_state_dict(model)
+        if d.main:
+            save_hf({k: v.detach().cpu().contiguous() for k, v in full.items()}, mcfg.to_hf(torch.float32),
+                    os.path.join(cfg.run.dir, "hf"), tokenizer=tok.hf)
+        distributed.barrier(d)
+    finally:
+        log.close()
+
+
+def _calculator_schema():
+    from r1.envs.tools import get_tool
+
+    return get_tool("calculator").schema
+
+
+def _batch(examples, step, B, seed):
+    """Step `step`'s B examples from a seeded permutation per epoch."""
+    out = []
+    for k in range(step * B, (step + 1) * B):
+        epoch, j = divmod(k, len(examples))
+        perm = list(range(len(examples)))
+        random.Random(f"sft:{seed}:{epoch}").shuffle(perm)
+        out.append(examples[perm[j]])
+    return out
+
+
+def _by_tokens(batch, max_tokens):
+    groups, cur, n = [], [], 0
+    for e in batch:
+        if cur and n + len(e[0]) > max_tokens:
+            groups.append(cur)
+            cur, n = [], 0
+        cur.append(e)
+        n += len(e[0])
+    return groups + ([cur] if cur else [])
+
+
+def _collate(group, device):
+    ids, pos, cu, sel, tgt, msk = [], [], [0], [], [], []
+    for seq, mask in group:
+        base = len(ids)
+        ids += seq
+        pos += range(len(seq))
+        cu.append(len(ids))
+        sel += range(base, base + len(seq) - 1)
+        tgt += seq[1:]
+        msk += mask[1:]
+    t = lambda x, dt=torch.long: torch.tensor(x, dtype=dt, device=device)  # noqa: E731
+    return t(ids), t(pos), t(cu, torch.int32), max(len(s) for s, _ in group), t(sel), t(tgt), t(msk, torch.float32)

@@ -1,0 +1,232 @@
+"""GSM8K: loading, prompts, answer extraction, reward, and expert tool-use chats.
+
+Rows in r1.tasks are `{"id", "question", "answer", "solution"}`: `answer` is a
+canonical number string ("72", "-3", "2.5") and `solution` the raw GSM8K
+answer text, with its `<<48/2=24>>` calculator annotations and `#### 72` line.
+
+Answer format: the model ends with `#### <number>`, as GSM8K's own solutions
+do. `extract_answer` reads the number right after the last `####`; without a
+`####` it reads the last `\\boxed{...}`; it falls back to the last number in
+the text only when asked (`fallback_last_number=True`), because as a reward
+that fallback pays a model for ending on a lucky number and hides a broken
+format. Evaluating other models' free-form output may switch it on.
+
+Expert chats: `expert_messages` turns a solution into the tool-use
+conversation that SFT warm-up imitates. Each annotation becomes one assistant
+turn (the reasoning written before it, then one calculator call) and one tool
+turn whose content comes from running our calculator, not from the annotation,
+so the chat shows exactly what the environment would return.
+
+Loading reads the openai/grade-school-math jsonl files (`train.jsonl`,
+`test.jsonl`) or the Hugging Face parquet layout (`main/train-*.parquet`,
+needs pyarrow). Nothing here knows where a particular machine keeps the data.
+"""
+
+import json
+import re
+import warnings
+from decimal import Decimal
+from pathlib import Path
+
+from r1.envs.tools import get_tool
+
+TOOL_SYSTEM_PROMPT = (
+    "You solve grade-school math word problems step by step. You have a calculator tool: for every "
+    "arithmetic step, call it with an expression such as 48/2 or (12+3)*4 and use the number it returns. "
+    "When you are done, write the final answer on the last line as '#### <number>', for example '#### 72'."
+)
+PLAIN_SYSTEM_PROMPT = (
+    "You solve grade-school math word problems. Reason step by step, then write the final answer "
+    "on the last line as '#### <number>', for example '#### 72'."
+)
+
+# A number as people write it: optional sign and $ in either order, thousands
+# commas, decimals. The look-behind keeps "10-3" from reading as "-3".
+_NUMBER = r"(?<![\w.])([-+\u2212]?)\s*\$?\s*([-+\u2212]?)((?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?|\.\d+)"
+_NUMBER_RE = re.compile(_NUMBER)
+_ANNOTATION_RE = re.compile(r"<<([^<>]*)>>")
+_LATEX_NOISE = ("\\$", "\\,", "\\!", "{,}", "\\left", "\\right")
+
+
+# ---------------------------------------------------------------- answers
+
+
+def normalize_number(text: str) -> str | None:
+    """Canonical form of one written number ("$1,234.00" -> "1234", "-2.50" -> "-2.5"), or None."""
+    match = _NUMBER_RE.fullmatch(text.strip())
+    return _canonical(match) if match else None
+
+
+def extract_answer(text: str, fallback_last_number: bool = False) -> str | None:
+    """The final answer in `text` as a canonical number string, or None (see the module docstring)."""
+    if not isinstance(text, str):
+        raise TypeError(f"extract_answer expects a str, got {type(text).__name__}")
+    if "####" in text:
+        after = text.rsplit("####", 1)[1].lstrip(" \t\r\n*:")
+        match = _NUMBER_RE.match(after)
+        return _canonical(match) if match else None
+    boxed = _last_boxed(text)
+    if boxed is not None:
+        for noise in _LATEX_NOISE:
+            boxed = boxed.replace(noise, "," if noise == "{,}" else "")
+        match = _NUMBER_RE.match(boxed.strip())
+        return _canonical(match) if match else None
+    if fallback_last_number:
+        matches = list(_NUMBER_RE.finditer(text))
+        return _canonical(matches[-1]) if matches else None
+    return None
+
+
+def score(text: str, gold: str, fallback_last_number: bool = False) -> float:
+    """1.0 if the answer in `text` equals `gold` within 1e-6, else 0.0.
+
+    `gold` is a number ("72", "1,000") or a whole GSM8K solution ending in "#### 72".
+    """
+    gold_answer = extract_answer(gold) if "####" in gold else normalize_number(gold)
+    if gold_answer is None:
+        raise ValueError(f"gold answer {gold[-60:]!r} does not end in a number")
+    answer = extract_answer(text, fallback_last_number=fallback_last_number)
+    if answer is None:
+        return 0.0
+    return 1.0 if abs(Decimal(answer) - Decimal(gold_answer)) <= Decimal("1e-6") else 0.0
+
+
+def _canonical(match: re.Match) -> str:
+    sign1, sign2, digits = match.groups()
+    value = Decimal(digits.replace(",", "").rstrip(".") or "0")
+    if (sign1 + sign2).replace("\u2212", "-").count("-") % 2:
+        value = -value
+    if value == value.to_integral_value():
+        return str(int(value))  # also maps "-0" and "72.00" to "0" and "72"
+    return format(value.normalize(), "f")
+
+
+def _last_boxed(text: str) -> str | None:
+    start = text.rfind("\\boxed{")
+    if start < 0:
+        return None
+    depth, begin = 0, start + len("\\boxed{")
+    for i in range(begin, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth < 0:
+            return text[begin:i]
+    return text[begin:]
+
+
+# ---------------------------------------------------------------- loading
+
+
+def load_split(path_or_dir: str | Path, split: str, skip_bad: bool = False) -> list[dict]:
+    """Rows of one split from a jsonl file, a parquet file, or a directory holding either layout.
+
+    A row with a missing field or no readable `#### <number>` raises ValueError
+    naming the file and line; with skip_bad=True such rows are skipped and one
+    warning reports how many.
+    """
+    files = _split_files(Path(path_or_dir), split)
+    rows, bad, index = [], [], 0
+    for path in files:
+        for where, record in _read_parquet(path) if path.suffix == ".parquet" else _read_jsonl(path):
+            try:
+                rows.append(_make_row(record, f"gsm8k-{split}-{index}"))
+            except ValueError as e:
+                if not skip_bad:
+                    raise ValueError(f"{where}: {e}") from None
+                bad.append(f"{where}: {e}")
+            index += 1  # ids follow the source order even when rows are skipped
+    if bad:
+        warnings.warn(f"skipped {len(bad)} bad rows of {len(bad) + len(rows)} in split {split!r}; first: {bad[0]}")
+    return rows
+
+
+def _split_files(root: Path, split: str) -> list[Path]:
+    if root.is_file():
+        return [root]
+    if not root.is_dir():
+        raise FileNotFoundError(f"GSM8K data not found: {root} is neither a file nor a directory")
+    for candidates in ([root / f"{split}.jsonl"], sorted((root / "main").glob(f"{split}-*.parquet")),
+                       sorted(root.glob(f"{split}-*.parquet"))):
+        found = [path for path in candidates if path.is_file()]
+        if found:
+            return found
+    raise FileNotFoundError(f"no GSM8K split {split!r} in {root}: looked for {split}.jsonl, "
+                            f"main/{split}-*.parquet and {split}-*.parquet")
+
+
+def _read_jsonl(path: Path):
+    with open(path, encoding="utf-8") as f:
+        for line_no, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                record = ValueError(f"invalid JSON ({e.msg})")
+            yield f"{path}:{line_no}", record
+
+
+def _read_parquet(path: Path):
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ImportError(f"reading {path} needs pyarrow (pip install pyarrow); "
+                          "or point at the openai/grade-school-math jsonl files") from None
+    for row_no, record in enumerate(pq.read_table(path).to_pylist()):
+        yield f"{path}: row {row_no}", record
+
+
+def _make_row(record, row_id: str) -> dict:
+    if isinstance(record, ValueError):
+        raise record
+    if not isinstance(record, dict):
+        raise ValueError(f"expected a JSON object, got {type(record).__name__}")
+    for field in ("question", "answer"):
+        if not isinstance(record.get(field), str) or not record[field].strip():
+            raise ValueError(f"field {field!r} is missing or not a non-empty string")
+    if "####" not in record["answer"]:
+        raise ValueError("answer has no '#### <number>' line")
+    answer = extract_answer(record["answer"])
+    if answer is None:
+        raise ValueError(f"cannot read a number after '####' in {record['answer'].rsplit('####', 1)[1][:40]!r}")
+    return {"id": row_id, "question": record["question"], "answer": answer, "solution": record["answer"]}
+
+
+# ---------------------------------------------------------------- prompts and expert chats
+
+
+def make_prompt(row: dict, tools: bool, system_prompt: str | None = None) -> list[dict]:
+    """The opening messages of an episode: system prompt and the question."""
+    system = system_prompt if system_prompt is not None else (TOOL_SYSTEM_PROMPT if tools else PLAIN_SYSTEM_PROMPT)
+    return [{"role": "system", "content": system}, {"role": "user", "content": row["question"]}]
+
+
+def calculator_calls(solution: str) -> list[tuple[str, str]]:
+    """(expression, annotated result) for each <<expression=result>> annotation in `solution`."""
+    calls = []
+    for match in _ANNOTATION_RE.finditer(solution):
+        expression, _, result = match.group(1).rpartition("=")
+        calls.append((expression.strip(), result.strip()) if expression else (result.strip(), ""))
+    return calls
+
+
+def expert_messages(row: dict, tools: bool = True, system_prompt: str | None = None) -> list[dict]:
+    """A full chat for SFT: prompt, then the solution as calculator-using turns, ending in '#### answer'.
+
+    With tools=False the annotations are dropped and the solution is one assistant turn.
+    """
+    messages = make_prompt(row, tools, system_prompt)
+    body = row["solution"].rsplit("####", 1)[0]  # the answer line is rewritten in canonical form below
+    if not tools:
+        body, annotations = _ANNOTATION_RE.sub("", body), []
+    else:
+        annotations = list(_ANNOTATION_RE.finditer(body))
+    calculator = get_tool("calculator")
+    start = 0
+    for match, (expression, _) in zip(annotations, calculator_calls(body)):
+        call = {"type": "function", "function": {"name": "calculator", "arguments": {"expression": expression}}}
+        messages.append({"role": "assistant", "content": body[start:match.start()].strip(), "tool_calls": [call]})
+        messages.append({"role": "tool", "name": "calculator", "content": calculator({"expression": expression}).text})
+        start = match.end()
+    rest = body[start:].strip()
+    messages.append({"role": "assistant", "content": (rest + "\n" if rest else "") + f"#### {row['answer']}"})
+    return messages

@@ -1,0 +1,274 @@
+"""Tokenizer and chat rendering to token ids, whole conversations and one turn at a time.
+
+The step-level MDP never re-tokenizes what the model sampled (DESIGN.md, "re-tokenization
+drift"). So a conversation grows as token ids: the sampled response ids, then the forced ids
+that close the assistant turn (`close_turn_ids`), then the ids of the next turn(s) rendered on
+their own (`render_next`). This module makes those pieces agree with the model's own chat
+template, so `render(prefix) + render_next(new) == render(prefix + new)` token for token.
+
+`render_next` renders [dummy user, dummy assistant] + new messages and keeps the text after the
+dummy assistant turn's closing text (what the template writes after an assistant message, e.g.
+`<|im_end|>\\n`). If the template does not write that closing text unchanged when more messages
+follow, it is not append-only for this case and we raise. Only the dummy turn is anchored, so a
+template that rewrites older turns (Qwen3 drops past reasoning) still works: the caller never
+re-renders old turns, it holds their ids.
+Boundary rule: the suffix is encoded separately from the held ids, which is only safe if no BPE
+merge can cross the boundary. We require the boundary to touch a special token (the closing text
+ends with one, or the suffix starts with one, as `<|im_start|>` does in ChatML); special tokens
+are split out before BPE runs, so the two sides tokenize independently.
+
+Tools: a template that renders tool schemas, tool calls and `tool` messages itself (Qwen2.5,
+Qwen3) is used as is; we find out by rendering a probe conversation and looking for its markers.
+Otherwise (SmolLM2's plain ChatML) we fall back to the Hermes / Qwen2.5 convention, written as
+plain messages the template can render:
+  * the tool schemas go into the system message, after its content, inside `<tools></tools>`
+    with the instruction to answer with `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`
+    (with no system message, the system turn holds only that block);
+  * an assistant tool call becomes the text `<tool_call>\\n{json}\\n</tool_call>` after its content;
+  * consecutive `tool` messages become one `user` turn of `<tool_response>\\n...\\n</tool_response>`
+    blocks joined by newlines.
+Parsing tool calls out of sampled text belongs to the environment, not here.
+
+GGUF tokenizers: transformers 5.x builds them with `eos_token` set to the BOS token
+(`integrations/ggml.py`, GPT2 converter), so we reset bos/eos/pad from the GGUF metadata.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+from r1.weights import resolve
+
+ROLES = ("system", "user", "assistant", "tool")
+# Markers for the dummy turns and the tool-support probe: strings no real conversation contains.
+DUMMY_USER = "r1-dummy-user-8f3c"
+DUMMY_ASSISTANT = "r1-dummy-assistant-5b1e"
+PROBE = {"tool": "r1_probe_tool_2d7a", "call": "r1_probe_call_9e41", "arg": "r1-probe-arg-77c0",
+         "result": "r1-probe-result-0a6d"}
+
+TOOLS_HEADER = ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+                "You are provided with function signatures within <tools></tools> XML tags:\n<tools>")
+TOOLS_FOOTER = ("\n</tools>\n\nFor each function call, return a json object with function name and arguments "
+                "within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+                '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>')
+
+
+def load_tokenizer(path_or_name) -> "ChatTokenizer":
+    """An HF folder, a .gguf file or a short model name -> ChatTokenizer (cached per path)."""
+    return _load(str(resolve(path_or_name).resolve()))
+
+
+@lru_cache(maxsize=None)
+def _load(path: str) -> "ChatTokenizer":
+    from transformers import AutoTokenizer
+
+    p = Path(path)
+    if p.suffix == ".gguf":
+        hf = AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)
+        _fix_gguf_special_tokens(hf, p)
+        return ChatTokenizer(hf, path)
+    if not p.is_dir():
+        raise ValueError(f"expected an HF tokenizer folder or a .gguf file, got {p}")
+    hf = AutoTokenizer.from_pretrained(path)
+    extra = []
+    generation = p / "generation_config.json"
+    if generation.is_file():  # e.g. Qwen2.5 stops on <|endoftext|> as well as <|im_end|>
+        eos = json.loads(generation.read_text()).get("eos_token_id")
+        extra = [eos] if isinstance(eos, int) else list(eos or [])
+    return ChatTokenizer(hf, path, extra_stop_ids=extra)
+
+
+def _fix_gguf_special_tokens(hf, path: Path) -> None:
+    # transformers' header reader skips the vocabulary arrays: milliseconds, where GGUFReader takes seconds
+    from transformers.integrations.gguf import read_gguf_metadata
+
+    metadata, _ = read_gguf_metadata(str(path))
+    for key, attr in (("bos", "bos_token"), ("eos", "eos_token"), ("padding", "pad_token")):
+        token_id = metadata.get(f"tokenizer.ggml.{key}_token_id")
+        if token_id is not None:
+            setattr(hf, attr, hf.convert_ids_to_tokens(int(token_id)))
+
+
+class ChatTokenizer:
+    """An HF tokenizer plus exact, incremental chat rendering to ids."""
+
+    def __init__(self, hf, name: str, extra_stop_ids=()):
+        self.hf = hf
+        self.name = name  # the path, for error messages
+        self.eos_id: int = hf.eos_token_id
+        self.pad_id: int = hf.pad_token_id if hf.pad_token_id is not None else hf.eos_token_id
+        special = {i: t.content for i, t in hf.added_tokens_decoder.items() if t.special}
+        self.special_tokens = set(special.values())
+        stops = {self.eos_id, *extra_stop_ids}
+        if hf.chat_template is not None:  # the end-of-turn token(s) the template closes turns with
+            stops |= {i for i in self.encode(self._close_text()) if i in special}
+        self.stop_ids: list[int] = sorted(i for i in stops if i is not None)
+        self._native = None  # does the template render tools itself? probed on first use
+
+    def encode(self, text: str) -> list[int]:
+        """Text -> ids, no BOS/EOS added. Special-token text (`<|im_end|>`) becomes that token."""
+        return self.hf.encode(text, add_special_tokens=False)
+
+    def decode(self, ids) -> str:
+        return self.hf.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def render(self, messages, tools=None, add_generation_prompt=True) -> list[int]:
+        """A whole OpenAI-style conversation -> ids, through the model's chat template."""
+        return self.encode(self.render_text(messages, tools, add_generation_prompt))
+
+    def render_text(self, messages, tools=None, add_generation_prompt=True) -> str:
+        messages, tools = _normalize_messages(messages), _normalize_tools(tools)
+        if self.hf.chat_template is None:
+            raise ValueError(f"tokenizer {self.name} has no chat template")
+        uses_tools = bool(tools) or any(m["role"] == "tool" or m.get("tool_calls") for m in messages)
+        if uses_tools and not self._native_tools():
+            messages, tools = _hermes_messages(messages, tools), None
+        return self.hf.apply_chat_template(messages, tools=tools or None, tokenize=False,
+                                           add_generation_prompt=add_generation_prompt)
+
+    def render_next(self, new_messages, tools=None, add_generation_prompt=True) -> list[int]:
+        """Ids of the next turn(s), to append after held ids that end with a closed assistant turn.
+
+        "Closed" means the sampled response ids followed by `close_turn_ids(response)`.
+        """
+        new_messages = _normalize_messages(new_messages)
+        dummy = [{"role": "user", "content": DUMMY_USER}, {"role": "assistant", "content": DUMMY_ASSISTANT}]
+        close = self._close_text(tools)
+        full = self.render_text(dummy + new_messages, tools, add_generation_prompt)
+        anchor = DUMMY_ASSISTANT + close
+        at = full.find(anchor)
+        if at < 0:
+            raise ValueError(f"chat template of {self.name} is not append-only: an assistant turn followed by "
+                             f"{[m['role'] for m in new_messages]} no longer ends with {close!r}")
+        suffix = full[at + len(anchor):]
+        if suffix and not (_ends_with_any(close, self.special_tokens) or _starts_with_any(suffix, self.special_tokens)):
+            raise ValueError(f"chat template of {self.name}: no special token at the turn boundary "
+                             f"({close!r} | {suffix[:20]!r}), so encoding the next turn alone could merge across it")
+        return self.encode(suffix)
+
+    def close_turn_ids(self, response_ids) -> list[int]:
+        """Forced ids that finish an assistant turn after `response_ids` (loss mask 0).
+
+        The template's closing text (`<|im_end|>\\n` for ChatML) minus whatever part of it the
+        response already ends with: all of it after a stop string like `</tool_call>`, just the
+        `\\n` after a sampled `<|im_end|>`, nothing when the whole closing text is there.
+        """
+        close = self.encode(self._close_text())
+        response = list(response_ids)
+        for k in range(min(len(close), len(response)), 0, -1):
+            if response[-k:] == close[:k]:
+                return close[k:]
+        return close
+
+    def _close_text(self, tools=None) -> str:
+        """What the template writes after an assistant message's content."""
+        dummy = [{"role": "user", "content": DUMMY_USER}, {"role": "assistant", "content": DUMMY_ASSISTANT}]
+        text = self.render_text(dummy, tools, add_generation_prompt=False)
+        if text.count(DUMMY_ASSISTANT) != 1:
+            raise ValueError(f"chat template of {self.name} does not render assistant content verbatim")
+        return text.split(DUMMY_ASSISTANT)[1]
+
+    def _native_tools(self) -> bool:
+        if self._native is None:
+            schema = {"type": "function", "function": {"name": PROBE["tool"], "description": "probe",
+                                                       "parameters": {"type": "object", "properties": {}}}}
+            call = {"type": "function", "function": {"name": PROBE["call"], "arguments": {"x": PROBE["arg"]}}}
+            probe = [{"role": "user", "content": "hi"},
+                     {"role": "assistant", "content": "", "tool_calls": [call]},
+                     {"role": "tool", "content": PROBE["result"]}]
+            try:
+                text = self.hf.apply_chat_template(probe, tools=[schema], tokenize=False)
+            except Exception:  # a template that chokes on tools/tool_calls does not support them
+                text = ""
+            self._native = all(marker in text for marker in PROBE.values())
+        return self._native
+
+
+def _normalize_messages(messages) -> list[dict]:
+    """Check an OpenAI-style message list; copies with tool-call arguments as dicts, content as str."""
+    if not isinstance(messages, (list, tuple)):
+        raise ValueError(f"messages must be a list of dicts, got {type(messages).__name__}")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") not in ROLES:
+            raise ValueError(f"message {i}: expected a dict with role in {ROLES}, got {m!r:.80}")
+        m = dict(m)
+        if m.get("content") is None and m["role"] == "assistant" and m.get("tool_calls"):
+            m["content"] = ""
+        if not isinstance(m.get("content"), str):
+            raise ValueError(f"message {i} ({m['role']}): content must be a string, got {m.get('content')!r:.80}")
+        if m.get("tool_calls"):
+            if m["role"] != "assistant":
+                raise ValueError(f"message {i} ({m['role']}): only assistant messages have tool_calls")
+            m["tool_calls"] = [_normalize_call(call, f"message {i} tool call {j}") for j, call in enumerate(m["tool_calls"])]
+        out.append(m)
+    return out
+
+
+def _normalize_call(call, where: str) -> dict:
+    """{"function": {"name", "arguments"}} or {"name", "arguments"} -> OpenAI form, arguments a dict."""
+    function = call.get("function", call) if isinstance(call, dict) else None
+    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+        raise ValueError(f"{where}: expected {{'function': {{'name': str, 'arguments': dict}}}}, got {call!r:.80}")
+    arguments = function.get("arguments", {})
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{where}: arguments are not valid JSON ({e}): {arguments!r:.80}") from None
+    if not isinstance(arguments, dict):
+        raise ValueError(f"{where}: arguments must be a JSON object, got {arguments!r:.80}")
+    out = {"type": "function", "function": {"name": function["name"], "arguments": arguments}}
+    if "id" in call:
+        out["id"] = call["id"]
+    return out
+
+
+def _normalize_tools(tools) -> list[dict]:
+    """OpenAI tool schemas, or bare function schemas, -> [{"type": "function", "function": {...}}]."""
+    out = []
+    for i, tool in enumerate(tools or []):
+        function = tool.get("function", tool) if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise ValueError(f"tool {i}: expected an OpenAI function schema with a 'name', got {tool!r:.80}")
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def _hermes_messages(messages: list[dict], tools: list[dict]) -> list[dict]:
+    """Tool schemas, calls and results as plain system/user/assistant text (see module docstring)."""
+    out, tool_turn = [], False  # tool_turn: out[-1] is a user turn made of tool responses
+    if tools:
+        block = TOOLS_HEADER + "".join("\n" + json.dumps(t, ensure_ascii=False) for t in tools) + TOOLS_FOOTER
+        if messages and messages[0]["role"] == "system":
+            out.append({"role": "system", "content": messages[0]["content"] + "\n\n" + block})
+            messages = messages[1:]
+        else:
+            out.append({"role": "system", "content": block})
+    for m in messages:
+        if m["role"] == "tool":
+            response = f"<tool_response>\n{m['content']}\n</tool_response>"
+            if tool_turn:
+                out[-1]["content"] += "\n" + response
+            else:
+                out.append({"role": "user", "content": response})
+            tool_turn = True
+            continue
+        tool_turn = False
+        content = m["content"]
+        if m.get("tool_calls"):
+            calls = [json.dumps({"name": c["function"]["name"], "arguments": c["function"]["arguments"]},
+                                ensure_ascii=False) for c in m["tool_calls"]]
+            content = "\n".join(([content] if content else []) + [f"<tool_call>\n{c}\n</tool_call>" for c in calls])
+        out.append({"role": m["role"], "content": content})
+    return out
+
+
+def _ends_with_any(text: str, tokens) -> bool:
+    return any(text.endswith(t) for t in tokens)
+
+
+def _starts_with_any(text: str, tokens) -> bool:
+    return any(text.startswith(t) for t in tokens)

@@ -1,0 +1,442 @@
+"""The RL loop: rollout -> score -> advantages -> PPO epochs -> log -> checkpoint.
+
+One iteration:
+1. roll out with the AgentEnvLoop on the current weights (the generator's
+   model is the policy itself on one CPU process, or a bf16 copy refreshed
+   from the full weights every iteration on GPU / under FSDP: never stale);
+2. score every step with one packed forward per model: the policy's old
+   logprobs (and the sampler-trainer logprob gap, logged), the reference's
+   logprobs, the critic's values (at each step's last prompt token for
+   step-level GAE, at every sampled token for token-level GAE);
+3. advantages (r1/credit.py -> r1/algos);
+4. `ppo_epochs` passes over `minibatches` optimizer steps, each a sum of
+   packed micro-batches (gradient accumulation) normalised by counts taken
+   over the whole mini-batch on every rank, so the update does not depend
+   on how tokens are split; non-finite losses or gradients skip the update;
+5. metrics, trajectories, checkpoint.
+
+Prompts are dealt to ranks whole: the n samples of a prompt (a group) are
+generated and scored on one rank.
+"""
+import math
+import os
+import random
+import time
+import warnings
+
+import torch
+
+from r1 import checkpoint, distributed
+from r1.algos.losses import aggregate, entropy_bonus, explained_variance, kl_penalty, ppo_policy_loss, value_loss
+from r1.config import Config, save as save_config
+from r1.credit import compute as compute_credit
+from r1.envs.tool_env import make_env
+from r1.generate import Generator, Sampling
+from r1.logger import Logger
+from r1.model import Transformer, tiny_config
+from r1.packing import collate, sequences, split_by_tokens, step_order
+from r1.rollout import AgentEnvLoop
+from r1.tasks.data import load_rows
+from r1.tokenizer import load_tokenizer
+from r1.trajectory import iter_path, save as save_trajs
+
+
+def resolve_dtype(cfg: Config, device) -> torch.dtype:
+    if cfg.run.dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return getattr(torch, cfg.run.dtype)
+
+
+def build_model(path: str, cfg: Config, tok, device, value_head=False, seed=0) -> Transformer:
+    """Training copy in float32 (mixed precision comes from autocast/FSDP)."""
+    if path == "tiny":
+        torch.manual_seed(seed)
+        mc = tiny_config(cfg.model.arch, tie=True, vocab_size=len(tok.hf), num_layers=cfg.model.tiny_layers,
+                         hidden_size=cfg.model.tiny_hidden, intermediate_size=2 * cfg.model.tiny_hidden,
+                         eos_token_id=tok.eos_id)
+        with torch.device(device):
+            model = Transformer(mc, value_head=value_head)
+        for name, p in model.named_parameters():  # HF-style init: small logits, a diverse random policy
+            if p.dim() == 2:
+                torch.nn.init.normal_(p, std=0.02)
+            elif name.endswith("bias"):
+                torch.nn.init.zeros_(p)
+        return model
+    return Transformer.from_pretrained(path, dtype=torch.float32, device=device, value_head=value_head)
+
+
+def prepare_run_dir(cfg: Config, main: bool):
+    d = cfg.run.dir
+    if os.path.exists(d) and os.listdir(d) and not cfg.run.resume:
+        raise SystemExit(f"error: run.dir {d} exists and is not empty; pass run.resume=true to continue it "
+                         f"or choose another run.dir (nothing was overwritten)")
+    if cfg.run.resume and not checkpoint.latest(d) and os.path.exists(os.path.join(d, "metrics.jsonl")):
+        raise SystemExit(f"error: run.resume=true but {d} has no complete checkpoint to resume from")
+    if main:
+        os.makedirs(os.path.join(d, "checkpoints"), exist_ok=True)
+        os.makedirs(os.path.join(d, "trajectories"), exist_ok=True)
+        save_config(cfg, os.path.join(d, "config.yaml"))
+
+
+def lr_lambda(cfg: Config, total: int):
+    def f(step):
+        if cfg.train.warmup and step < cfg.train.warmup:
+            return (step + 1) / cfg.train.warmup
+        if cfg.train.schedule == "cosine":
+            p = min(1.0, (step - cfg.train.warmup) / max(1, total - cfg.train.warmup))
+            return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p))
+        return 1.0
+    return f
+
+
+class Trainer:
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        self.d = distributed.init(cfg.run.device)
+        self.device = self.d.device
+        self.dtype = resolve_dtype(cfg, self.device)
+        prepare_run_dir(cfg, self.d.main)
+        distributed.barrier(self.d)
+        torch.manual_seed(cfg.run.seed)
+        a = cfg.algo
+        self.tok = load_tokenizer(cfg.model.tokenizer or (cfg.model.path if cfg.model.path != "tiny" else None)
+                                  or "smollm2-135m-instruct")
+        self.policy = build_model(cfg.model.path, cfg, self.tok, self.device, seed=cfg.run.seed)
+        self.model_cfg = self.policy.cfg
+        self.need_critic = a.advantage in ("step_gae", "token_gae")
+        self.need_ref = a.kl_coef > 0
+        self.critic = self.ref = None
+        if self.need_critic:
+            self.critic = build_model(cfg.model.critic_path or cfg.model.path, cfg, self.tok, self.device,
+                                      value_head=True, seed=cfg.run.seed)
+            if cfg.model.path == "tiny" and not cfg.model.critic_path:  # same init as the policy body
+                self.critic.model.load_state_dict(self.policy.model.state_dict())
+        if self.need_ref:
+            self.ref = build_model(cfg.model.ref_path or cfg.model.path, cfg, self.tok, self.device, seed=cfg.run.seed)
+            if cfg.model.path == "tiny" and not cfg.model.ref_path:
+                self.ref.load_state_dict(self.policy.state_dict())
+            self.ref.requires_grad_(False)
+        # The generator's model: the policy itself, or a separate copy in the rollout dtype.
+        self.shared_rollout = self.d.world == 1 and self.dtype == torch.float32
+        if self.shared_rollout:
+            self.rollout_model = self.policy
+        else:
+            self.rollout_model = build_model("tiny" if cfg.model.path == "tiny" else cfg.model.path, cfg, self.tok,
+                                             self.device, seed=cfg.run.seed).to(self.dtype).eval()
+            self.rollout_model.requires_grad_(False)
+        ac = cfg.train.activation_checkpointing
+        self.policy = distributed.parallelize(self.policy, self.d, ac)
+        if self.critic is not None:
+            self.critic = distributed.parallelize(self.critic, self.d, ac)
+        if self.ref is not None:
+            self.ref = distributed.parallelize(self.ref, self.d, False)
+        total = cfg.train.steps * a.ppo_epochs * a.minibatches
+        self.opt = torch.optim.AdamW(self.policy.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay,
+                                     betas=(0.9, 0.95))
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(cfg, total))
+        self.models, self.optims, self.scheds = {"policy": self.policy}, {"policy": self.opt}, {"policy": self.sched}
+        if self.critic is not None:
+            self.copt = torch.optim.AdamW(self.critic.parameters(), lr=cfg.train.critic_lr,
+                                          weight_decay=cfg.train.weight_decay, betas=(0.9, 0.95))
+            self.csched = torch.optim.lr_scheduler.LambdaLR(self.copt, lr_lambda(cfg, total))
+            self.models["critic"], self.optims["critic"], self.scheds["critic"] = self.critic, self.copt, self.csched
+        self.train_rows = load_rows(cfg, "train")
+        self.eval_rows = load_rows(cfg, cfg.eval.split) if cfg.eval.every else []
+        cache_len = cfg.rollout.cache_len or cfg.env.max_context
+        self.gen = Generator(self.rollout_model, cfg.rollout.slots, cache_len, stop_ids=self.tok.stop_ids,
+                             cuda_graphs=self.device.type == "cuda")
+        self.loop = AgentEnvLoop(self.gen, self.tok, make_env(cfg, self.tok), cfg.rollout.max_new_tokens)
+        self.start = 0
+        if cfg.run.resume and checkpoint.latest(cfg.run.dir):
+            extra = checkpoint.load(checkpoint.latest(cfg.run.dir), self.models, self.optims, self.scheds, self.d)
+            self.start = int(extra["iteration"])
+        self.logger = Logger(cfg.run.dir, self.d.main, cfg.log.tensorboard, cfg.log.progress, cfg.train.steps, self.start)
+
+    # -- data ----------------------------------------------------------------
+    def prompts_for(self, it: int) -> list:
+        """The global prompts of iteration `it` (a seeded permutation per epoch), this rank's share."""
+        P, rows = self.cfg.rollout.prompts, self.train_rows
+        idx = []
+        for k in range(it * P, (it + 1) * P):
+            epoch, j = divmod(k, len(rows))
+            perm = list(range(len(rows)))
+            random.Random(f"{self.cfg.run.seed}:{epoch}").shuffle(perm)
+            idx.append(perm[j])
+        return [rows[i] for i in idx[self.d.rank::self.d.world]]
+
+    def sync_rollout_weights(self):
+        if self.shared_rollout:
+            return
+        full = distributed.full_state_dict(self.policy)
+        with torch.no_grad():
+            for k, v in self.rollout_model.state_dict().items():
+                v.copy_(full[k])
+
+    # -- one iteration -------------------------------------------------------
+    def rollout(self, it: int):
+        self.sync_rollout_weights()
+        r = self.cfg.rollout
+        self.gen.set_sampling(Sampling(r.temperature, r.top_p, r.top_k, seed=hash((self.cfg.run.seed, it, self.d.rank)) % 2**31))
+        self.rollout_model.eval()
+        return self.loop.run(self.prompts_for(it), r.n, policy_version=it, uid_prefix=f"{it}-{self.d.rank}-")
+
+    def micro_batches(self, trajs):
+        order = step_order(trajs)
+        seqs = sequences(trajs)
+        return order, seqs
+
+    def autocast(self):
+        on = self.device.type == "cuda" and self.d.world == 1
+        return torch.autocast("cuda", dtype=torch.bfloat16, enabled=on)
+
+    @torch.no_grad()
+    def score(self, mbs):
+        T = self.cfg.rollout.temperature or 1.0
+        out = []
+        for mb in mbs:
+            args = (mb.input_ids, mb.position_ids, mb.cu_seqlens, mb.max_seqlen)
+            with self.autocast():
+                old, _ = self.policy(*args, sel=mb.sel, targets=mb.targets, temperature=T)
+                ref = self.ref(*args, sel=mb.sel, targets=mb.targets, temperature=T)[0] if self.ref is not None else None
+                tv = sv = None
+                if self.critic is not None:
+                    v = self.critic(*args).float()
+                    tv, sv = v[mb.sel], v[mb.step_pos]
+            out.append({"old": old.float(), "ref": None if ref is None else ref.float(), "tok_value": tv, "step_value": sv})
+        return out
+
+    def iteration(self, it: int) -> dict:
+        cfg, a = self.cfg, self.cfg.algo
+        t0 = time.time()
+        trajs = self.rollout(it)
+        t_roll = time.time() - t0
+        order, seqs = self.micro_batches(trajs)
+        steps = [(ti, si, s) for ti, t in enumerate(trajs) for si, s in enumerate(t.steps)]
+        K = len(steps)
+        # mini-batches of whole trajectories, micro-batches by tokens
+        by_traj = {}
+        for s in seqs:
+            by_traj.setdefault(s.traj, []).append(s)
+        traj_ids = sorted(by_traj)
+        minis = [traj_ids[i::a.minibatches] for i in range(a.minibatches)]
+        plan = [[collate(g, trajs, order, self.device)
+                 for g in split_by_tokens([s for ti in mini for s in by_traj[ti]], cfg.train.micro_tokens)]
+                for mini in minis]
+        t1 = time.time()
+        flat = [mb for mini in plan for mb in mini]
+        scores = self.score(flat) if flat else []
+        # global per-token / per-step tensors (CPU, float64 math in credit.py)
+        cat = lambda key: torch.cat([s[key].cpu() for s in scores]) if scores and scores[0][key] is not None else None  # noqa: E731
+        tok_step = torch.cat([mb.tok_step.cpu() for mb in flat]) if flat else torch.zeros(0, dtype=torch.long)
+        tok_traj = torch.cat([mb.tok_traj.cpu() for mb in flat]) if flat else torch.zeros(0, dtype=torch.long)
+        mask = torch.cat([mb.mask.cpu() for mb in flat]) if flat else torch.zeros(0)
+        sampler = torch.tensor([lp for _, _, s in steps for lp in s.logprobs], dtype=torch.float32)
+        sampler = sampler[_token_order(steps, tok_step)] if K else sampler
+        step_value = torch.zeros(K)
+        if self.critic is not None and flat:
+            step_value[torch.cat([mb.step_index.cpu() for mb in flat])] = cat("step_value").float()
+        credit = compute_credit(
+            a, len(trajs), [t.group for t in trajs], torch.tensor([s.reward for _, _, s in steps], dtype=torch.float64),
+            torch.tensor([ti for ti, _, _ in steps], dtype=torch.long), torch.tensor([si for _, si, _ in steps], dtype=torch.long),
+            step_value, tok_step, tok_traj, mask, cat("old") if flat else torch.zeros(0), cat("ref"),
+            cat("tok_value") if self.critic is not None and flat else None,
+        ) if K else None
+        t_score = time.time() - t1
+        metrics = self.rollout_metrics(trajs)
+        if K:
+            old_all = cat("old")
+            gap = (old_all - sampler).abs()[mask.bool()]
+            metrics.update(logprob_gap_mean=float(gap.mean()) if gap.numel() else 0.0,
+                           logprob_gap_max=float(gap.max()) if gap.numel() else 0.0)
+            if credit["kl"] is not None:
+                metrics["kl_ref"] = float(credit["kl"].sum() / mask.sum().clamp(min=1))
+        t2 = time.time()
+        upd = self.update(plan, flat, scores, credit, sampler) if K else {}
+        metrics.update(upd)
+        t_train = time.time() - t2
+        n_roll = sum(len(s.response_ids) for _, _, s in steps)
+        n_train = sum(mb.num_tokens for mb in flat)
+        metrics.update(
+            time_rollout=t_roll, time_score=t_score, time_train=t_train, lr=self.sched.get_last_lr()[0],
+            rollout_tok_s=float(distributed.all_sum(n_roll, self.d)) / max(t_roll, 1e-9),
+            train_tok_s=float(distributed.all_sum(n_train, self.d)) * a.ppo_epochs / max(t_train, 1e-9),
+        )
+        if self.device.type == "cuda":
+            metrics["peak_mem_gb"] = torch.cuda.max_memory_allocated() / 2**30
+            torch.cuda.reset_peak_memory_stats()
+        if cfg.log.trajectories:
+            all_trajs = distributed.gather_objects(trajs, self.d)
+            if self.d.main:
+                save_trajs([t for ts in all_trajs for t in ts], iter_path(cfg.run.dir, it + 1))
+        return metrics
+
+    def rollout_metrics(self, trajs) -> dict:
+        from r1.evaluate import summarize
+
+        rows = distributed.gather_objects([_traj_stats(t) for t in trajs], self.d)
+        return summarize([r for rs in rows for r in rs])
+
+    def update(self, plan, flat, scores, credit, sampler) -> dict:
+        cfg, a = self.cfg, self.cfg.algo
+        T = cfg.rollout.temperature or 1.0
+        # split global tensors back per micro-batch
+        sizes = [mb.sel.numel() for mb in flat]
+        adv = list(torch.split(credit["adv"], sizes))
+        samp = list(torch.split(sampler, sizes))
+        target = credit["value_target"]
+        agg = a.loss_agg
+        seg_key = "tok_step" if (agg == "step_mean" or a.ratio_level == "step") else "tok_traj"
+        stats = {}
+        mb_index = {id(mb): i for i, mb in enumerate(flat)}
+        for epoch in range(a.ppo_epochs):
+            for mini in plan:
+                mask_sum = sum(float(mb.mask.sum()) for mb in mini)
+                segs = set()
+                for mb in mini:
+                    ids = getattr(mb, seg_key)[mb.mask > 0].tolist()
+                    segs.update(ids)
+                count = mask_sum if agg == "token_mean" else float(len(segs))
+                norm = float(distributed.all_sum(count, self.d)) / self.d.world
+                vcount = sum(mb.step_index.numel() for mb in mini) if (target and target[0] == "step") else mask_sum
+                vnorm = float(distributed.all_sum(vcount, self.d)) / self.d.world
+                if norm <= 0:
+                    continue
+                self.opt.zero_grad(set_to_none=True)
+                if self.critic is not None:
+                    self.copt.zero_grad(set_to_none=True)
+                ok = True
+                for mb in mini:
+                    i = mb_index[id(mb)]
+                    sc = scores[i]
+                    dev = self.device
+                    seg = getattr(mb, seg_key)
+                    with self.autocast():
+                        logp, ent = self.policy(mb.input_ids, mb.position_ids, mb.cu_seqlens, mb.max_seqlen,
+                                                sel=mb.sel, targets=mb.targets, temperature=T)
+                    logp, ent = logp.float(), ent.float()
+                    loss, m = ppo_policy_loss(
+                        logp, sc["old"], adv[i].to(dev), mb.mask, clip_low=a.clip_low, clip_high=a.clip_high,
+                        dual_clip=a.dual_clip or None, log_ratio_clamp=a.log_ratio_clamp,
+                        sampler_logp=samp[i].to(dev), tis_cap=a.tis_cap or None,
+                        ratio_level="token" if a.ratio_level == "token" else "step", seg_ids=seg, agg=agg, norm=norm)
+                    if a.entropy_coef:
+                        loss = loss - a.entropy_coef * entropy_bonus(ent, mb.mask, seg, agg, norm)
+                    if self.ref is not None and a.kl_coef and not a.kl_in_reward:
+                        kl_tok = kl_penalty(logp, sc["ref"], a.kl_estimator)
+                        loss = loss + a.kl_coef * aggregate(kl_tok, mb.mask, seg, agg, norm=norm)
+                    m["entropy"] = (ent * mb.mask).sum() / mb.mask.sum().clamp(min=1)
+                    if not torch.isfinite(loss):
+                        ok = False
+                        break
+                    loss.backward()
+                    _accumulate(stats, m, mb.mask.sum().detach())
+                    _accumulate(stats, {"pg_loss": loss.detach() * self.d.world}, 1.0, mean=False)
+                    if self.critic is not None:
+                        with self.autocast():
+                            v = self.critic(mb.input_ids, mb.position_ids, mb.cu_seqlens, mb.max_seqlen).float()
+                        if target[0] == "step":
+                            vpred, vold, vmask = v[mb.step_pos], sc["step_value"], torch.ones(mb.step_pos.numel(), device=dev)
+                            vtgt = target[1][mb.step_index.cpu()].to(dev)
+                        else:
+                            vpred, vold, vmask = v[mb.sel], sc["tok_value"], mb.mask
+                            vtgt = target[1][_slice(sizes, i)].to(dev)
+                        vl, vm = value_loss(vpred, vold, vtgt, vmask, clip=a.value_clip or None, norm=vnorm)
+                        vl = a.vf_coef * vl
+                        if not torch.isfinite(vl):
+                            ok = False
+                            break
+                        vl.backward()
+                        vm["value_loss"] = vl.detach() * self.d.world
+                        _accumulate(stats, vm, vmask.sum())
+                self.optimizer_step(ok, stats)
+        out = {k: float(v[0] / max(float(v[1]), 1e-12)) for k, v in stats.items()}
+        return out
+
+    def optimizer_step(self, ok: bool, stats: dict) -> bool:
+        """Clip, check finiteness, step; a non-finite loss or gradient skips the update entirely."""
+        gn = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.train.grad_clip or float("inf"))
+        gn = gn.full_tensor() if hasattr(gn, "full_tensor") else gn
+        cgn = None
+        if self.critic is not None:
+            cgn = torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.cfg.train.grad_clip or float("inf"))
+            cgn = cgn.full_tensor() if hasattr(cgn, "full_tensor") else cgn
+        finite = ok and bool(torch.isfinite(gn)) and (cgn is None or bool(torch.isfinite(cgn)))
+        finite = float(distributed.all_sum(0.0 if finite else 1.0, self.d)) == 0.0
+        if not finite:
+            warnings.warn("non-finite loss or gradient: update skipped (parameters and optimizer state unchanged)")
+            self.opt.zero_grad(set_to_none=True)
+            if self.critic is not None:
+                self.copt.zero_grad(set_to_none=True)
+            _accumulate(stats, {"skipped_updates": torch.tensor(1.0)}, 1.0, mean=False)
+            return False
+        self.opt.step()
+        self.sched.step()
+        if self.critic is not None:
+            self.copt.step()
+            self.csched.step()
+            _accumulate(stats, {"critic_grad_norm": cgn.detach()}, 1.0)
+        _accumulate(stats, {"grad_norm": gn.detach()}, 1.0)
+        return True
+
+    # -- the loop ------------------------------------------------------------
+    def fit(self):
+        from r1.evaluate import evaluate
+
+        cfg = self.cfg
+        try:
+            for it in range(self.start, cfg.train.steps):
+                metrics = self.iteration(it)
+                if cfg.eval.every and (it + 1) % cfg.eval.every == 0:
+                    res = evaluate(self, self.eval_rows, cfg, out_dir=None)
+                    metrics.update({f"eval_{k}": v for k, v in res.items() if isinstance(v, (int, float))})
+                self.logger.log(it + 1, metrics)
+                if (it + 1) % cfg.train.checkpoint_every == 0 or it + 1 == cfg.train.steps:
+                    checkpoint.save(cfg.run.dir, it + 1, self.models, self.optims, self.scheds,
+                                    {"iteration": it + 1}, self.d)
+            self.export()
+        finally:
+            self.logger.close()
+
+    def export(self):
+        from r1.weights import save_hf
+
+        full = distributed.full_state_dict(self.policy)
+        if self.d.main:
+            save_hf({k: v.detach().cpu().contiguous() for k, v in full.items()}, self.model_cfg.to_hf(torch.float32),
+                    os.path.join(self.cfg.run.dir, "hf"), tokenizer=self.tok.hf)
+        distributed.barrier(self.d)
+
+
+def _token_order(steps, tok_step):
+    """Sampler logprobs are listed per step in step order; reorder them to the micro-batch token order."""
+    starts, pos = [], 0
+    for _, _, s in steps:
+        starts.append(pos)
+        pos += len(s.response_ids)
+    out = torch.empty(tok_step.numel(), dtype=torch.long)
+    seen = {}
+    for j, g in enumerate(tok_step.tolist()):
+        k = seen.get(g, 0)
+        out[j] = starts[g] + k
+        seen[g] = k + 1
+    return out
+
+
+def _slice(sizes, i):
+    s = sum(sizes[:i])
+    return slice(s, s + sizes[i])
+
+
+def _accumulate(stats: dict, metrics: dict, weight, mean: bool = True):
+    w = float(weight) if mean else 1.0
+    for k, v in metrics.items():
+        v = float(v.detach()) if torch.is_tensor(v) else float(v)
+        tot, cnt = stats.get(k, (0.0, 0.0))
+        stats[k] = (tot + v * w, cnt + (w if mean else 1.0))
+
+
+def _traj_stats(t) -> dict:
+    return {"reward": t.total_reward, "correct": float(any(s.info.get("final") and s.reward > 0 for s in t.steps)),
+            "turns": len(t.steps), "tool_calls": t.num_tool_calls, "errors": t.num_errors,
+            "malformed_steps": sum(1 for s in t.steps if s.info.get("errors")),
+            "response_len": sum(len(s.response_ids) for s in t.steps), "termination": t.termination}

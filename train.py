@@ -1,0 +1,40 @@
+"""Entry point: `python train.py --config configs/smoke.yaml key=value ...` (or under torchrun).
+
+train.stage=rl runs the RL loop (r1/trainer.py); train.stage=sft runs SFT on
+expert trajectories (r1/sft.py), whose exported hf/ folder starts RL.
+"""
+import argparse
+import sys
+
+from r1.config import ConfigError, describe, dump, load_config
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", help="YAML config file")
+    p.add_argument("--keys", action="store_true", help="list every config key with its default and meaning")
+    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. train.steps=4 algo.advantage=grpo")
+    a = p.parse_args(argv)
+    if a.keys:
+        print(describe())
+        return
+    try:
+        cfg = load_config(a.config, a.overrides)
+    except ConfigError as e:
+        sys.exit(f"error: {e}")
+    import os
+
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(dump(cfg), flush=True)
+    if cfg.train.stage == "sft":
+        from r1.sft import run_sft
+
+        run_sft(cfg)
+    else:
+        from r1.trainer import Trainer
+
+        Trainer(cfg).fit()
+
+
+if __name__ == "__main__":
+    main()
