@@ -96,6 +96,8 @@ def cache_attention(q, k_cache, v_cache, cu_q, max_q: int, rows, kv_lens, backen
         return varlen_attn(q, k_cache, v_cache, cu_q, None, max_q, k_cache.shape[1],
                            window_size=(-1, 0), enable_gqa=q.shape[1] != k_cache.shape[2],
                            seqused_k=kv_lens, block_table=rows.to(torch.int32)[:, None])
+    if backend == "sdpa" and q.shape[0] == B:  # decode fallback: batched SDPA over the rows' caches
+        return _sdpa_decode(q, k_cache[rows], v_cache[rows], kv_lens)
     if backend == "flash_attn" and q.shape[0] == B:  # decode: one query per row
         out = flash_attn_with_kvcache(q[:, None], k_cache, v_cache, cache_seqlens=kv_lens,
                                       cache_batch_idx=rows.to(torch.int32), causal=True)
@@ -107,3 +109,18 @@ def cache_attention(q, k_cache, v_cache, cu_q, max_q: int, rows, kv_lens, backen
         if e > s:
             out[s:e] = _sdpa(q[s:e], k_cache[slots[b], :n], v_cache[slots[b], :n], n - (e - s))
     return out
+
+
+def _sdpa_decode(q, k, v, kv_lens):
+    """One query per row: q [B, Hq, D], k/v [B, L, Hkv, D], kv_lens [B] -> [B, Hq, D].
+
+    GQA without copying keys: the G query heads sharing a KV head become G
+    query rows of that head (they sit at the same position, so one mask).
+    """
+    B, Hq, D = q.shape
+    L, Hkv = k.shape[1], k.shape[2]
+    G = Hq // Hkv
+    qg = q.view(B, Hkv, G, D)
+    mask = (torch.arange(L, device=q.device)[None, :] < kv_lens[:, None])[:, None, None, :]  # [B,1,1,L]
+    out = F.scaled_dot_product_attention(qg, k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask)
+    return out.reshape(B, Hq, D)

@@ -1,0 +1,162 @@
+"""PPO update step throughput and memory: ours (packed, fused logprob) vs Hugging Face, same run.
+
+Qwen2.5-3B-shaped random-weight model, bf16 parameters for both (pure bf16
+AdamW, fused), one GPU. The batch is RL-like: 64 sequences with
+heavy-tailed lengths (log-normal, clipped to 200..2000 tokens, seeded).
+One step = policy loss (PPO clipped surrogate on per-token logprobs and an
+entropy bonus) forward and backward over all tokens, then AdamW.
+
+- ours: sequences packed into micro-batches of <= --micro-tokens tokens, no
+  padding, varlen flash attention, fused chunked logprob/entropy
+  (kernels/logprob.py), gradient accumulation.
+- peer: transformers' model (SDPA), micro-batches of --peer-micro sequences
+  padded to the longest in the micro-batch (as it must), logits ->
+  float32 log_softmax -> gather and entropy.
+
+MFU counts useful tokens only: 6 N per token plus causal attention
+(6 * s^2 * heads * head_dim per layer per sequence), against the measured
+bf16 matmul rate. Prints JSON; --save writes bench/results/train_h200.json.
+"""
+import argparse
+import datetime
+import json
+import math
+import os
+import random
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench.rollout import SHAPES, measure_ceilings  # noqa: E402
+from r1.algos.losses import ppo_policy_loss  # noqa: E402
+from r1.model import Transformer  # noqa: E402
+
+
+def lengths(n=64, lo=200, hi=2000, seed=0):
+    rng = random.Random(seed)
+    return [int(min(hi, max(lo, rng.lognormvariate(math.log(500), 0.7)))) for _ in range(n)]
+
+
+def flops(cfg, nparams, lens):
+    attn = sum(6 * s * s * cfg.num_heads * cfg.head_dim * cfg.num_layers for s in lens)
+    return 6 * nparams * sum(lens) + attn
+
+
+def step_ours(model, opt, seqs, micro_tokens, dev):
+    groups, cur, n = [], [], 0
+    for s in seqs:
+        if cur and n + len(s) > micro_tokens:
+            groups.append(cur)
+            cur, n = [], 0
+        cur.append(s)
+        n += len(s)
+    groups.append(cur)
+    total = sum(len(s) - 1 for s in seqs)
+    for g in groups:
+        ids = torch.tensor([t for s in g for t in s], device=dev)
+        pos = torch.tensor([p for s in g for p in range(len(s))], device=dev)
+        cu = torch.tensor([0] + list(torch.tensor([len(s) for s in g]).cumsum(0).tolist()), dtype=torch.int32, device=dev)
+        sel = torch.tensor([b + j for b, s in zip(cu[:-1].tolist(), g) for j in range(len(s) - 1)], device=dev)
+        tgt = ids[sel + 1]
+        logp, ent = model(ids, pos, cu, max(len(s) for s in g), sel=sel, targets=tgt)
+        adv = torch.randn_like(logp)
+        mask = torch.ones_like(logp)
+        loss, _ = ppo_policy_loss(logp, logp.detach(), adv, mask, norm=total)
+        loss = loss - 0.001 * (ent * mask).sum() / total
+        loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+def step_peer(model, opt, seqs, micro, dev):
+    total = sum(len(s) - 1 for s in seqs)
+    for i in range(0, len(seqs), micro):
+        g = seqs[i:i + micro]
+        L = max(len(s) for s in g)
+        ids = torch.zeros(len(g), L, dtype=torch.long, device=dev)
+        att = torch.zeros(len(g), L, dtype=torch.long, device=dev)
+        for j, s in enumerate(g):
+            ids[j, :len(s)] = torch.tensor(s, device=dev)
+            att[j, :len(s)] = 1
+        logits = model(input_ids=ids, attention_mask=att).logits[:, :-1].float()
+        logp_all = torch.log_softmax(logits, -1)
+        logp = logp_all.gather(-1, ids[:, 1:, None])[..., 0]
+        ent = -(logp_all.exp() * logp_all).sum(-1)
+        mask = att[:, 1:].float()
+        adv = torch.randn_like(logp)
+        ratio = torch.exp(logp - logp.detach())
+        pg = torch.max(-adv * ratio, -adv * ratio.clamp(0.8, 1.2))
+        loss = ((pg - 0.001 * ent) * mask).sum() / total
+        loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+def timed(fn, reps=3):
+    fn()  # warm-up
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    t = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t) / reps, torch.cuda.max_memory_allocated() / 2**30
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", default="3b")
+    p.add_argument("--micro-tokens", type=int, default=16384)
+    p.add_argument("--peer-micro", type=int, default=4)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--no-peer", action="store_true")
+    p.add_argument("--save", action="store_true")
+    a = p.parse_args()
+    import transformers
+
+    dev = torch.device("cuda")
+    bw, peak = measure_ceilings()
+    cfg = SHAPES[a.model]
+    lens = lengths()
+    rng = random.Random(1)
+    seqs = [[rng.randrange(100, cfg.vocab_size - 100) for _ in range(n)] for n in lens]
+    env = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "transformers": transformers.__version__,
+           "date": datetime.date.today().isoformat(), "bf16_tflops_measured": round(peak / 1e12)}
+    res = {"name": "train_step", "model": f"{a.model}-shape", "sequences": len(lens), "useful_tokens": sum(lens),
+           "padded_tokens_peer": sum(max(lens[i:i + a.peer_micro]) * len(lens[i:i + a.peer_micro])
+                                     for i in range(0, len(lens), a.peer_micro)), **env}
+    torch.manual_seed(0)
+    with dev:
+        model = Transformer(cfg).to(torch.bfloat16)
+    nparams = sum(p.numel() for p in model.parameters())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-6, fused=True)
+    dt, mem = timed(lambda: step_ours(model, opt, seqs, a.micro_tokens, dev), a.reps)
+    F = flops(cfg, nparams, lens)
+    res.update(params=nparams, ours_s=round(dt, 3), ours_tok_s=round(sum(lens) / dt), ours_mfu=round(F / dt / peak, 3),
+               ours_mfu_vs_790=round(F / dt / 790e12, 3), ours_peak_gb=round(mem, 1))
+    del model, opt
+    torch.cuda.empty_cache()
+    if not a.no_peer:
+        hf_cfg = transformers.AutoConfig.for_model(**cfg.to_hf())
+        hf_cfg._attn_implementation = "sdpa"
+        torch.manual_seed(0)
+        peer = transformers.AutoModelForCausalLM.from_config(hf_cfg).to(dev, torch.bfloat16)
+        popt = torch.optim.AdamW(peer.parameters(), lr=1e-6, fused=True)
+        try:
+            dt, mem = timed(lambda: step_peer(peer, popt, seqs, a.peer_micro, dev), a.reps)
+            res.update(peer_s=round(dt, 3), peer_tok_s=round(sum(lens) / dt), peer_mfu=round(F / dt / peak, 3),
+                       peer_mfu_vs_790=round(F / dt / 790e12, 3), peer_peak_gb=round(mem, 1))
+            res["speedup"] = round(res["ours_tok_s"] / res["peer_tok_s"], 2)
+        except torch.OutOfMemoryError as e:
+            res["peer_error"] = f"OOM: {str(e)[:120]}"
+    print(json.dumps(res), flush=True)
+    if a.save:
+        os.makedirs("bench/results", exist_ok=True)
+        with open("bench/results/train_h200.json", "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+"""Evaluate a model on a task split: `python eval.py --config X model.path=... eval.limit=N`.
+
+model.path may be an HF folder, a .gguf, the short name, or a run folder
+(its hf/ export is used). Prints one final JSON line with accuracy, n,
+mean_turns, mean_tool_calls, malformed_rate, mean_response_len (and
+pass@k with eval.n > 1); writes the greedy trajectories and eval.json to
+eval.out (default: runs/eval-<time>/).
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+from r1.config import ConfigError, load_config
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", help="YAML config file")
+    p.add_argument("overrides", nargs="*")
+    a = p.parse_args(argv)
+    try:
+        cfg = load_config(a.config, a.overrides)
+    except ConfigError as e:
+        sys.exit(f"error: {e}")
+    path = cfg.model.path
+    if os.path.isdir(os.path.join(path, "hf")):
+        cfg.model.path = os.path.join(path, "hf")
+    out = cfg.eval.out or os.path.join("runs", f"eval-{time.strftime('%Y%m%d-%H%M%S')}")
+    if os.path.exists(out) and os.listdir(out):
+        sys.exit(f"error: eval.out {out} exists and is not empty (nothing was overwritten)")
+    cfg.run.dir = out
+    cfg.run.resume = False
+    cfg.algo.advantage, cfg.algo.kl_coef = "grpo", 0.0  # evaluation builds neither critic nor reference
+    cfg.train.steps = 0
+    cfg.log.tensorboard = cfg.log.progress = False
+    from r1.evaluate import evaluate
+    from r1.tasks.data import load_rows
+    from r1.trainer import Trainer
+
+    trainer = Trainer(cfg)
+    res = evaluate(trainer, load_rows(cfg, cfg.eval.split), cfg, out_dir=out)
+    res["model"] = path
+    res["task"] = cfg.data.task
+    if trainer.d.main:
+        print(json.dumps(res), flush=True)
+
+
+if __name__ == "__main__":
+    main()
