@@ -16,6 +16,7 @@ fp16/bf16), else a math path that loops over sequences with SDPA. The math
 path is the reference the tests compare the others with; it needs host
 sync (lengths as Python ints), which is fine on the CPU.
 """
+import inspect
 import os
 
 import torch
@@ -30,6 +31,17 @@ try:
     from torch.nn.attention.varlen import varlen_attn
 except ImportError:  # pragma: no cover - torch < 2.10
     varlen_attn = None
+
+
+# torch's varlen_attn gained seqused_k/block_table (KV-cache reads) after 2.10; older ones cannot read a cache.
+_PARAMS = inspect.signature(varlen_attn).parameters if varlen_attn is not None else {}
+GQA = "enable_gqa" in _PARAMS  # torch 2.11's varlen_attn lacks it: K/V heads are repeated instead
+PAGED = "block_table" in _PARAMS and GQA
+
+
+def _disable_paged():
+    global PAGED
+    PAGED = False
 
 
 def pick_backend(q: torch.Tensor) -> str:
@@ -71,6 +83,10 @@ def varlen_attention(q, k, v, cu_seqlens, max_seqlen: int, backend: str | None =
     if backend == "flash_attn":
         return flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, causal=True)
     if backend == "torch_flash":
+        if not GQA and q.shape[1] != k.shape[1]:
+            k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+            v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
+            return varlen_attn(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, window_size=(-1, 0))
         return varlen_attn(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
                            window_size=(-1, 0), enable_gqa=q.shape[1] != k.shape[1])
     bounds = cu_seqlens.tolist()
@@ -90,12 +106,19 @@ def cache_attention(q, k_cache, v_cache, cu_q, max_q: int, rows, kv_lens, backen
     """
     backend = backend or pick_backend(q)
     B = rows.shape[0]
+    if backend == "torch_flash" and not PAGED:
+        backend = "sdpa"
     if backend == "torch_flash":
         # One page per slot: the block table maps each row to its slot, so no
         # cache row is ever copied, and decode needs no host sync (graph-safe).
-        return varlen_attn(q, k_cache, v_cache, cu_q, None, max_q, k_cache.shape[1],
-                           window_size=(-1, 0), enable_gqa=q.shape[1] != k_cache.shape[2],
-                           seqused_k=kv_lens, block_table=rows.to(torch.int32)[:, None])
+        try:
+            return varlen_attn(q, k_cache, v_cache, cu_q, None, max_q, k_cache.shape[1],
+                               window_size=(-1, 0), enable_gqa=q.shape[1] != k_cache.shape[2],
+                               seqused_k=kv_lens, block_table=rows.to(torch.int32)[:, None])
+        except (RuntimeError, TypeError, ValueError) as e:  # e.g. a page size this torch build refuses
+            _disable_paged()
+            print(f"kernels.attention: varlen_attn cannot read the cache here ({str(e)[:120]}); using SDPA")
+            backend = "sdpa"
     if backend == "sdpa" and q.shape[0] == B:  # decode fallback: batched SDPA over the rows' caches
         return _sdpa_decode(q, k_cache[rows], v_cache[rows], kv_lens)
     if backend == "flash_attn" and q.shape[0] == B:  # decode: one query per row

@@ -251,14 +251,17 @@ class Transformer(nn.Module):
         cfg = ModelConfig.from_hf(hf_config)
         with torch.device("meta"):
             model = cls(cfg, value_head=value_head)
-        expected = set(model.state_dict())
+        expected = {k: v.shape for k, v in model.state_dict().items()}
         if value_head:
             state = {k: v for k, v in state.items() if k.startswith("model.")}
             state.setdefault("score.weight", torch.zeros(1, cfg.hidden_size, dtype=dtype, device=device))
             state.setdefault("score.bias", torch.zeros(1, dtype=dtype, device=device))
         elif cfg.tie_embeddings:
             state.pop("lm_head.weight", None)
-        check_state_dict(expected, state, source=str(path_or_name))
+        try:
+            check_state_dict(expected, state)
+        except ValueError as e:
+            raise ValueError(f"{path_or_name}: {e}") from None
         model.load_state_dict(state, assign=True)
         return model.to(device=device, dtype=dtype)
 
