@@ -1,15 +1,20 @@
 """Checkpoints with torch.distributed.checkpoint, written atomically.
 
 Layout: RUN_DIR/checkpoints/iter_000004/ (a DCP folder: models, optimizers,
-schedulers, iteration, data cursor) plus rng_rank{r}.pt per rank, and
+schedulers) plus extra.json (iteration, data cursor: what the caller passes
+as `extra`; DCP only loads keys the caller already knows, so these plain
+values live beside it) and rng_rank{r}.pt per rank, and
 RUN_DIR/checkpoints/latest naming the newest complete one. A checkpoint is
 written into `iter_N.tmp/` and renamed only when every rank has finished,
 then `latest` is replaced atomically: a process killed mid-write leaves the
 previous checkpoint and `latest` untouched, and `run.resume=true` goes on
 from there. The two newest complete checkpoints are kept.
 """
+import contextlib
+import json
 import os
 import shutil
+import warnings
 
 import torch
 import torch.distributed.checkpoint as dcp
@@ -32,8 +37,16 @@ def latest(run_dir: str) -> str | None:
     return path if os.path.isdir(path) else None
 
 
-def _state(models: dict, optims: dict, scheds: dict, extra: dict) -> dict:
-    state = {"extra": dict(extra)}
+@contextlib.contextmanager
+def _quiet():
+    """DCP warns on every single-process save/load that it assumes one process, which is the point."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is (disabled, )?unavailable or uninitialized")
+        yield
+
+
+def _state(models: dict, optims: dict, scheds: dict) -> dict:
+    state = {"extra": {}}
     for name, model in models.items():
         opt = optims.get(name)
         if opt is not None:
@@ -55,7 +68,11 @@ def save(run_dir: str, iteration: int, models: dict, optims: dict, scheds: dict,
         shutil.rmtree(tmp, ignore_errors=True)
         os.makedirs(tmp)
     barrier(d)
-    dcp.save(_state(models, optims, scheds, extra), checkpoint_id=tmp)
+    with _quiet():
+        dcp.save(_state(models, optims, scheds), checkpoint_id=tmp, no_dist=d.world == 1)
+    if d.main:
+        with open(os.path.join(tmp, "extra.json"), "w") as f:
+            json.dump(extra, f)
     torch.save({"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
                os.path.join(tmp, f"rng_rank{d.rank}.pt"))
     barrier(d)
@@ -73,8 +90,9 @@ def save(run_dir: str, iteration: int, models: dict, optims: dict, scheds: dict,
 
 def load(path: str, models: dict, optims: dict, scheds: dict, d) -> dict:
     """Restore in place; returns the `extra` dict (iteration, cursor, ...)."""
-    state = _state(models, optims, scheds, {})
-    dcp.load(state, checkpoint_id=path)
+    state = _state(models, optims, scheds)
+    with _quiet():
+        dcp.load(state, checkpoint_id=path, no_dist=d.world == 1)
     for name, model in models.items():
         opt = optims.get(name)
         set_state_dict(model, opt if opt is not None else [], model_state_dict=state[f"model.{name}"],
@@ -87,4 +105,5 @@ def load(path: str, models: dict, optims: dict, scheds: dict, d) -> dict:
         torch.set_rng_state(r["torch"])
         if r["cuda"] is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(r["cuda"])
-    return state["extra"]
+    with open(os.path.join(path, "extra.json")) as f:
+        return json.load(f)

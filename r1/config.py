@@ -5,12 +5,24 @@
 Each field carries a docstring (read back by `describe()` for `--help`).
 Everything a run does is in the resolved config, which the run folder keeps
 as `config.yaml`. Bad input fails early with one line that names the
-culprit: the file, the key, the closest valid keys, the expected type.
+culprit: the file and line, the key, the closest valid keys, the expected
+type or range.
+
+Values are typed by the dataclass field, not guessed: a command-line value
+for a `str` field is kept as written (`run.dir=0755` stays "0755"), other
+fields parse it as YAML (`train.lr=1e-5`, `env.tools=[calculator]` or
+`env.tools=calculator`), and `null`/`None` clears an optional field (and is
+an error for a required one, rather than a folder named "null"). A YAML
+file is read twice, once as nodes (for line numbers and duplicate keys,
+which PyYAML would silently resolve to the last one) and once as values.
+Range checks (`BOUNDS`, `validate`) only reject values that cannot mean
+anything (a negative step count, top_p above 1), so ablations stay free.
 """
 import ast
 import dataclasses
 import difflib
 import inspect
+import math
 import os
 import types
 import typing
@@ -21,7 +33,6 @@ import yaml
 
 class ConfigError(ValueError):
     """A one-line, user-facing configuration error."""
-
 
 @dataclass
 class Run:
@@ -228,30 +239,89 @@ CHOICES = {
     "algo.kl_estimator": ["k1", "k2", "k3"], "train.stage": ["rl", "sft"], "train.schedule": ["constant", "cosine"],
 }
 
+# Inclusive (low, high) bounds, None = open. Strict bounds and rules over two keys are in validate().
+BOUNDS = {
+    "model.tiny_layers": (1, None), "model.tiny_hidden": (1, None),
+    "data.level": (1, None), "data.train_size": (0, None), "data.test_size": (0, None),
+    "env.max_steps": (1, None), "env.max_context": (1, None), "env.malformed_penalty": (None, 0.0),
+    "rollout.prompts": (1, None), "rollout.n": (1, None), "rollout.max_new_tokens": (1, None),
+    "rollout.temperature": (0.0, None), "rollout.top_k": (0, None),
+    "rollout.slots": (1, None), "rollout.cache_len": (0, None),
+    "algo.gamma": (0.0, 1.0), "algo.lam": (0.0, 1.0), "algo.adv_clip": (0.0, None), "algo.clip_low": (0.0, 1.0),
+    "algo.clip_high": (0.0, None), "algo.dual_clip": (0.0, None), "algo.tis_cap": (0.0, None),
+    "algo.value_clip": (0.0, None), "algo.vf_coef": (0.0, None), "algo.kl_coef": (0.0, None),
+    "algo.ppo_epochs": (1, None), "algo.minibatches": (1, None),
+    "train.steps": (0, None), "train.lr": (0.0, None), "train.critic_lr": (0.0, None), "train.warmup": (0, None),
+    "train.weight_decay": (0.0, None), "train.grad_clip": (0.0, None), "train.micro_tokens": (1, None),
+    "train.sft_batch": (1, None), "train.checkpoint_every": (1, None),
+    "eval.every": (0, None), "eval.limit": (0, None), "eval.n": (1, None), "eval.temperature": (0.0, None),
+}
+
+NULLS = ("null", "Null", "NULL", "~", "None", "none")  # null, in a file or on the command line
+COMMAND_LINE = " (command line)"
+
 
 def all_keys() -> list[str]:
     return [f"{s.name}.{f.name}" for s in dataclasses.fields(Config) for f in dataclasses.fields(s.type)]
 
 
+def sections() -> list[str]:
+    return [s.name for s in dataclasses.fields(Config)]
+
+
+def get(cfg: Config, key: str):
+    """The value of a dotted key, e.g. get(cfg, "algo.clip_high")."""
+    section, _, name = key.partition(".")
+    return getattr(getattr(cfg, section), name)
+
+
 def _unknown(key: str, where: str) -> ConfigError:
-    close = difflib.get_close_matches(key, all_keys(), n=3, cutoff=0.5)
-    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    keys = all_keys()
+    # Same field name in another section first (train.clip_high -> algo.clip_high), then spelling.
+    name = key.rpartition(".")[2]
+    close = [k for k in keys if k.rpartition(".")[2] == name and k != key]
+    close += [k for k in difflib.get_close_matches(key, keys, n=3, cutoff=0.5) if k not in close]
+    hint = f"; did you mean {', '.join(close[:3])}?" if close else "; `python train.py --keys` lists them all"
     return ConfigError(f"unknown config key '{key}'{where}{hint}")
 
 
-def _coerce(key: str, value, tp, where: str):
+def _type_name(tp, optional: bool) -> str:
+    if typing.get_origin(tp) is list:
+        name = f"a list of {typing.get_args(tp)[0].__name__}"
+    else:
+        name = {bool: "true or false", float: "float (e.g. 1e-5)"}.get(tp, getattr(tp, "__name__", str(tp)))
+    return name + (" or null" if optional else "")
+
+
+def _from_text(raw: str, tp):
+    """A command-line value -> a Python value, by the field's type (str stays as written)."""
+    if tp is str or raw == "":
+        return raw
+    if typing.get_origin(tp) is list and not raw.lstrip().startswith("["):
+        return [v.strip() for v in raw.split(",") if v.strip()]
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return raw
+
+
+def _coerce(key: str, value, tp, where: str, text: bool = False):
     """Check/convert one value against a field type; raise ConfigError naming the key."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
+    optional = False
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
         args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
+        optional = type(None) in args
         tp = next(a for a in args if a is not type(None))
-        origin = typing.get_origin(tp)
-    bad = ConfigError(f"config key '{key}'{where} expects {getattr(tp, '__name__', tp)}, got {value!r}")
-    if origin is list:
+    if isinstance(value, str) and value in NULLS:
+        value = None  # `model.tokenizer=None`; a required field then says it got None
+    if optional and value is None:
+        return None
+    if text:
+        value = _from_text(value, tp)
+    bad = ConfigError(f"config key '{key}'{where} expects {_type_name(tp, optional)}, got {value!r:.80}")
+    if typing.get_origin(tp) is list:
         if isinstance(value, str):
-            value = [v for v in value.split(",") if v]
+            value = [v.strip() for v in value.split(",") if v.strip()]
         if not isinstance(value, list):
             raise bad
         (inner,) = typing.get_args(tp)
@@ -274,85 +344,173 @@ def _coerce(key: str, value, tp, where: str):
     if tp is float:
         if isinstance(value, str):
             try:
-                value = float(value)
+                value = float(value)  # YAML 1.1 reads 1e-5 (no dot) as a string
             except ValueError:
                 raise bad from None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise bad
+        if not math.isfinite(value):
+            raise ConfigError(f"config key '{key}'{where} expects a finite float, got {value!r}")
         return float(value)
     if tp is str:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return str(value)
+            value = str(value)  # `dir: 2024` in a file
         if not isinstance(value, str):
             raise bad
         if key in CHOICES and value not in CHOICES[key]:
-            raise ConfigError(f"config key '{key}'{where} must be one of {', '.join(CHOICES[key])}; got {value!r}")
+            raise ConfigError(f"config key '{key}'{where} must be one of {', '.join(CHOICES[key])}; got {value!r:.80}")
         return value
     raise bad
 
 
-def _set(cfg: Config, key: str, value, where: str = ""):
-    parts = key.split(".")
-    if len(parts) != 2 or parts[0] not in {f.name for f in dataclasses.fields(Config)}:
+def _set(cfg: Config, key: str, value, where: str = "", text: bool = False):
+    section, _, name = key.partition(".")
+    if section not in sections() or "." in name:
         raise _unknown(key, where)
-    section = getattr(cfg, parts[0])
-    types_ = {f.name: f.type for f in dataclasses.fields(section)}
-    hints = typing.get_type_hints(type(section))
-    if parts[1] not in types_:
+    hints = typing.get_type_hints(type(getattr(cfg, section)))
+    if name not in hints:
         raise _unknown(key, where)
-    setattr(section, parts[1], _coerce(key, value, hints[parts[1]], where))
+    setattr(getattr(cfg, section), name, _coerce(key, value, hints[name], where, text))
 
 
-def _flatten(d: dict, prefix: str = "") -> list[tuple[str, object]]:
+def _at(path: str, line: int | None) -> str:
+    return f" in {path}:{line}" if line else f" in {path}"
+
+
+def _flatten(data: dict, path: str, lines: dict) -> list[tuple[str, object, str]]:
+    """{section: {name: value}} -> [(dotted key, value, where)]; a dotted key at the top level is kept."""
     out = []
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict) and not prefix:
-            out += _flatten(v, key + ".")
+    for k, v in data.items():
+        k = str(k)
+        where = _at(path, lines.get(k))
+        if "." in k:
+            out.append((k, v, where))  # `algo.gamma: 0.9` at the top level
+        elif k in sections():
+            if v is None:
+                continue  # an empty section (every key commented out) keeps the defaults
+            if not isinstance(v, dict):
+                raise ConfigError(f"config section '{k}'{where} must be a mapping of {k}.* keys, got {v!r:.80}")
+            out += [(f"{k}.{name}", value, _at(path, lines.get(f"{k}.{name}"))) for name, value in v.items()]
+        elif isinstance(v, dict):
+            close = difflib.get_close_matches(k, sections(), n=1, cutoff=0.5)
+            hint = f"did you mean {close[0]}? " if close else ""
+            raise ConfigError(f"unknown config section '{k}'{where}; {hint}sections: {', '.join(sections())}")
         else:
-            out.append((key, v))
+            out.append((k, v, where))  # a stray key such as `lr: 1e-5`: _set names the close keys
     return out
 
 
-def load_yaml(path: str) -> dict:
-    if not os.path.isfile(path):
+def read_yaml(path: str) -> tuple[dict, dict]:
+    """A config file -> ({section: {name: value}}, {key or dotted key: line number})."""
+    if not os.path.exists(path):
         raise ConfigError(f"config file not found: {path}")
+    if os.path.isdir(path):
+        raise ConfigError(f"config file {path} is a directory, not a YAML file")
     try:
-        with open(path) as f:
-            data = yaml.safe_load(f)
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read config file {path}: {e}") from None
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
-        line = f" line {mark.line + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ConfigError(f"bad YAML in {path}{line}: {problem}") from None
+        at = f"{path}:{mark.line + 1}" if mark else path
+        problem = " ".join((getattr(e, "problem", None) or str(e).splitlines()[0]).split())
+        context, start = getattr(e, "context", None), getattr(e, "context_mark", None)
+        if context and start and mark and start.line != mark.line:  # where the broken construct began
+            problem += f" ({context} at line {start.line + 1})"
+        raise ConfigError(f"bad YAML in {at}: {problem}") from None
     if data is None:
-        return {}
+        return {}, {}
     if not isinstance(data, dict):
-        raise ConfigError(f"config file {path} must be a mapping of sections, got {type(data).__name__}")
-    return data
+        raise ConfigError(f"config file {path} must be a mapping of sections (run:, model:, ...), "
+                          f"got a {type(data).__name__}")
+    return data, _key_lines(root, path)
 
 
-def _parse_override(text: str):
-    if "=" not in text:
+def _key_lines(root, path: str) -> dict:
+    """Line of every section and key; a key given twice is an error (PyYAML keeps the last silently)."""
+    lines = {}
+
+    def walk(node, prefix):
+        seen = {}
+        for key_node, value_node in node.value:
+            key, line = prefix + str(key_node.value), key_node.start_mark.line + 1
+            if key in seen:
+                raise ConfigError(f"duplicate config key '{key}' in {path}:{line} (first at line {seen[key]})")
+            seen[key] = lines[key] = line
+            if not prefix and isinstance(value_node, yaml.MappingNode):
+                walk(value_node, key + ".")
+
+    walk(root, "")
+    return lines
+
+
+def _parse_override(text: str) -> tuple[str, str]:
+    key, eq, raw = text.partition("=")
+    if not eq or not key.strip():
         raise ConfigError(f"bad override '{text}': expected key=value, e.g. train.steps=4")
-    key, raw = text.split("=", 1)
-    try:
-        value = yaml.safe_load(raw) if raw != "" else ""
-    except yaml.YAMLError:
-        value = raw
-    return key.strip(), value
+    return key.strip(), raw
 
 
 def load_config(path: str | None = None, overrides: list[str] = ()) -> Config:
-    """Defaults <- YAML file <- key=value overrides, each validated."""
-    cfg = Config()
+    """Defaults <- YAML file <- key=value overrides, each checked, then validate()."""
+    cfg, origin = Config(), {}
     if path:
-        for key, value in _flatten(load_yaml(path)):
-            _set(cfg, key, value, f" in {path}")
+        data, lines = read_yaml(path)
+        for key, value, where in _flatten(data, path, lines):
+            _set(cfg, key, value, where)
+            origin[key] = where
     for text in overrides:
-        key, value = _parse_override(text)
-        _set(cfg, key, value, " (command line)")
+        key, raw = _parse_override(text)
+        _set(cfg, key, raw, COMMAND_LINE, text=True)
+        origin[key] = COMMAND_LINE
+    validate(cfg, origin)
     return cfg
+
+
+def validate(cfg: Config, origin: dict | None = None):
+    """Reject values no run can mean; `origin` maps a key to where it was set, for the message."""
+    origin = origin or {}
+
+    def name(key):
+        return f"'{key}'{origin.get(key, ' (default)')}"
+
+    def fail(key, rule):
+        raise ConfigError(f"config key {name(key)} must be {rule}, got {get(cfg, key)!r}")
+
+    for key, (low, high) in BOUNDS.items():
+        value = get(cfg, key)
+        if (low is not None and value < low) or (high is not None and value > high):
+            fail(key, f">= {low}" if high is None else f"<= {high}" if low is None else f"in [{low}, {high}]")
+    if not 0 < cfg.rollout.top_p <= 1:
+        fail("rollout.top_p", "in (0, 1]")
+    if cfg.algo.log_ratio_clamp <= 0:
+        fail("algo.log_ratio_clamp", "> 0")
+    if 0 < cfg.algo.dual_clip <= 1:
+        fail("algo.dual_clip", "0 (off) or > 1")
+    if cfg.data.task == "synthetic":
+        from r1.tasks.synthetic import MAX_LEVEL  # stdlib only: cheap, and the limit lives with the task
+
+        if cfg.data.level > MAX_LEVEL:
+            fail("data.level", f"in [1, {MAX_LEVEL}] for data.task=synthetic")
+    elif not cfg.data.path:
+        raise ConfigError(f"config key {name('data.path')} must name a GSM8K folder or file "
+                          f"for data.task={cfg.data.task}, got {cfg.data.path!r}")
+    from r1.envs.tools import TOOLS  # stdlib only
+
+    for tool in cfg.env.tools:
+        if tool not in TOOLS:
+            fail("env.tools", f"a list of known tools ({', '.join(sorted(TOOLS))}); {tool!r} is not one")
+    if cfg.rollout.max_new_tokens >= cfg.env.max_context:
+        raise ConfigError(f"config key {name('rollout.max_new_tokens')} must be below env.max_context "
+                          f"({cfg.env.max_context}{origin.get('env.max_context', ', the default')}), which also "
+                          f"holds the prompt; got {cfg.rollout.max_new_tokens}")
+    if cfg.train.stage == "rl" and cfg.algo.advantage in ("grpo", "rloo") and cfg.rollout.n < 2:
+        raise ConfigError(f"config key {name('rollout.n')} must be >= 2 for algo.advantage={cfg.algo.advantage} "
+                          f"(a group of one has no baseline), got {cfg.rollout.n}")
 
 
 def to_dict(cfg: Config) -> dict:

@@ -244,6 +244,7 @@ class Generator:
             cu_q=torch.tensor(cu, dtype=torch.int32, device=d),
             max_q=max(t for _, _, t in batch),
             kv_lens=torch.tensor([s + t for _, s, t in batch], dtype=torch.int32, device=d),
+            fresh=all(s == 0 for _, s, _ in batch),
         )
         return self.model.hidden(torch.tensor(ids, device=d), torch.tensor(pos, device=d), cache=self.cache, step=step)
 

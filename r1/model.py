@@ -144,13 +144,16 @@ class CacheStep:
     rows [B] long: slot of each row; token_rows [Nq] long: row index (0..B-1)
     of each token; cu_q [B+1] int32; max_q: longest row (Python int);
     kv_lens [B] int32: valid cache length per row after this step.
-    The write position of a token is its position id.
+    The write position of a token is its position id. `fresh` (every row's
+    tokens start at position 0) lets a first prefill attend within the packed
+    new tokens, with the training kernel, instead of reading the cache.
     """
     rows: torch.Tensor
     token_rows: torch.Tensor
     cu_q: torch.Tensor
     max_q: int
     kv_lens: torch.Tensor
+    fresh: bool = False  # every row starts at position 0: attend within the new tokens (packed flash path)
 
 
 class Attention(nn.Module):
@@ -182,7 +185,10 @@ class Attention(nn.Module):
             slots = step.rows[step.token_rows]
             k_cache[slots, positions] = k.to(k_cache.dtype)
             v_cache[slots, positions] = v.to(v_cache.dtype)
-            out = cache_attention(q, k_cache, v_cache, step.cu_q, step.max_q, step.rows, step.kv_lens)
+            if step.fresh:
+                out = varlen_attention(q, k, v, step.cu_q, step.max_q)
+            else:
+                out = cache_attention(q, k_cache, v_cache, step.cu_q, step.max_q, step.rows, step.kv_lens)
         return self.o_proj(out.reshape(n, cfg.num_heads * cfg.head_dim))
 
 

@@ -13,6 +13,10 @@ the predicted response tokens ([M]): `sel` are the positions whose next
 token is a response token (the logits at position j score token j + 1),
 and for each step the position of its last prompt token (where the critic
 gives the step's value).
+
+Under FSDP every forward and backward runs collectives, so every rank must
+run the same number of micro-batches; a rank with fewer runs `filler()`
+batches (two pad tokens, nothing trained on) until the counts match.
 """
 from dataclasses import dataclass
 
@@ -98,3 +102,10 @@ def collate(seqs: list, trajs, order: dict, device) -> MicroBatch:
     t = lambda x, dt=torch.long: torch.tensor(x, dtype=dt, device=device)  # noqa: E731
     return MicroBatch(t(ids), t(pos), t(cu, torch.int32), max(len(s.ids) for s in seqs), t(sel), t(targets),
                       t(mask, torch.float32), t(tok_step), t(tok_traj), t(step_pos), t(step_index), len(ids))
+
+
+def filler(pad_id: int, device) -> MicroBatch:
+    """A micro-batch that trains on nothing: one 2-token sequence, one scored position with mask 0."""
+    t = lambda x, dt=torch.long: torch.tensor(x, dtype=dt, device=device)  # noqa: E731
+    return MicroBatch(t([pad_id, pad_id]), t([0, 1]), t([0, 2], torch.int32), 2, t([0]), t([pad_id]),
+                      t([0.0], torch.float32), t([0]), t([0]), t([0]), t([0]), 2)

@@ -11,9 +11,11 @@ the forced newline after it and the tool turn rendered incrementally (mask
 The run folder is the RL trainer's (config.yaml, metrics.jsonl, tensorboard,
 checkpoints/, hf/); `model.path=RUN_DIR/hf` starts RL from it.
 """
+import math
 import os
 import random
 import time
+import warnings
 
 import torch
 
@@ -65,7 +67,7 @@ def expert_chats(cfg, rows) -> list:
 
 def run_sft(cfg):
     d = distributed.init(cfg.run.device)
-    prepare_run_dir(cfg, d.main)
+    prepare_run_dir(cfg, d)
     distributed.barrier(d)
     torch.manual_seed(cfg.run.seed)
     tok = load_tokenizer(cfg.model.tokenizer or (cfg.model.path if cfg.model.path != "tiny" else "smollm2-135m-instruct"))
@@ -92,19 +94,26 @@ def run_sft(cfg):
             total = float(distributed.all_sum(sum(sum(m) for _, m in batch), d)) / d.world
             opt.zero_grad(set_to_none=True)
             loss_sum, ntok = 0.0, 0
-            for group in _by_tokens(batch, cfg.train.micro_tokens):
+            groups = _by_tokens(batch, cfg.train.micro_tokens)
+            # FSDP: every rank runs as many forward/backward passes as the busiest one (fillers train on nothing)
+            fill = int(distributed.all_max(len(groups), d)) - len(groups)
+            for k, group in enumerate(groups + [[([tok.pad_id] * 2, [0, 0])]] * fill):
                 ids, pos, cu, mx, sel, tgt, msk = _collate(group, d.device)
                 with autocast:
                     logp, _ = model(ids, pos, cu, mx, sel=sel, targets=tgt)
+                # each rank divides by the global count / world: FSDP averages gradients over ranks
                 loss = -(logp.float() * msk).sum() / max(total, 1.0)
                 loss.backward()
-                loss_sum += float(loss) * d.world
-                ntok += len(ids)
+                loss_sum += float(loss.detach())
+                ntok += len(ids) if k < len(groups) else 0
             gn = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip or float("inf"))
             gn = gn.full_tensor() if hasattr(gn, "full_tensor") else gn
-            if torch.isfinite(gn):
+            bad = not (bool(torch.isfinite(gn)) and math.isfinite(loss_sum))
+            if float(distributed.all_sum(float(bad), d)) == 0.0:  # the same decision on every rank
                 opt.step()
                 sched.step()
+            else:
+                warnings.warn(f"SFT step {step + 1}: non-finite loss or gradient, update skipped")
             dt = time.time() - t0
             log.log(step + 1, {"sft_loss": float(distributed.all_sum(loss_sum, d)) / d.world, "grad_norm": float(gn),
                                "lr": sched.get_last_lr()[0], "train_tok_s": float(distributed.all_sum(ntok, d)) / dt})

@@ -13,7 +13,8 @@ One iteration:
    packed micro-batches (gradient accumulation) normalised by counts taken
    over the whole mini-batch on every rank, so the update does not depend
    on how tokens are split; non-finite losses or gradients skip the update;
-5. metrics, trajectories, checkpoint.
+5. metrics (reduced over ranks, so rank 0 logs the global batch's numbers),
+   trajectories, checkpoint.
 
 Prompts are dealt to ranks whole: the n samples of a prompt (a group) are
 generated and scored on one rank.
@@ -34,7 +35,7 @@ from r1.envs.tool_env import make_env
 from r1.generate import Generator, Sampling
 from r1.logger import Logger
 from r1.model import Transformer, tiny_config
-from r1.packing import collate, sequences, split_by_tokens, step_order
+from r1.packing import collate, filler, sequences, split_by_tokens, step_order
 from r1.rollout import AgentEnvLoop
 from r1.tasks.data import load_rows
 from r1.tokenizer import load_tokenizer
@@ -65,14 +66,20 @@ def build_model(path: str, cfg: Config, tok, device, value_head=False, seed=0) -
     return Transformer.from_pretrained(path, dtype=torch.float32, device=device, value_head=value_head)
 
 
-def prepare_run_dir(cfg: Config, main: bool):
+def prepare_run_dir(cfg: Config, dist_info):
+    """Refuse to overwrite a run, then (rank 0) create the folder and save the resolved config.
+
+    Every rank checks before any rank writes (the barrier), so rank 1 never
+    sees the folder rank 0 has just created as someone else's run.
+    """
     d = cfg.run.dir
     if os.path.exists(d) and os.listdir(d) and not cfg.run.resume:
         raise SystemExit(f"error: run.dir {d} exists and is not empty; pass run.resume=true to continue it "
                          f"or choose another run.dir (nothing was overwritten)")
     if cfg.run.resume and not checkpoint.latest(d) and os.path.exists(os.path.join(d, "metrics.jsonl")):
         raise SystemExit(f"error: run.resume=true but {d} has no complete checkpoint to resume from")
-    if main:
+    distributed.barrier(dist_info)
+    if dist_info.main:
         os.makedirs(os.path.join(d, "checkpoints"), exist_ok=True)
         os.makedirs(os.path.join(d, "trajectories"), exist_ok=True)
         save_config(cfg, os.path.join(d, "config.yaml"))
@@ -95,7 +102,7 @@ class Trainer:
         self.d = distributed.init(cfg.run.device)
         self.device = self.d.device
         self.dtype = resolve_dtype(cfg, self.device)
-        prepare_run_dir(cfg, self.d.main)
+        prepare_run_dir(cfg, self.d)
         distributed.barrier(self.d)
         torch.manual_seed(cfg.run.seed)
         a = cfg.algo
@@ -144,7 +151,7 @@ class Trainer:
         self.eval_rows = load_rows(cfg, cfg.eval.split) if cfg.eval.every else []
         cache_len = cfg.rollout.cache_len or cfg.env.max_context
         self.gen = Generator(self.rollout_model, cfg.rollout.slots, cache_len, stop_ids=self.tok.stop_ids,
-                             cuda_graphs=self.device.type == "cuda")
+                             cuda_graphs=False)  # graph replay hits an index assert on the H200: docs/LOG.md
         self.loop = AgentEnvLoop(self.gen, self.tok, make_env(cfg, self.tok), cfg.rollout.max_new_tokens)
         self.start = 0
         if cfg.run.resume and checkpoint.latest(cfg.run.dir):
@@ -190,10 +197,11 @@ class Trainer:
         return torch.autocast("cuda", dtype=torch.bfloat16, enabled=on)
 
     @torch.no_grad()
-    def score(self, mbs):
+    def score(self, mbs, n_fill: int = 0):
+        """Old logprobs, reference logprobs and values per micro-batch; then `n_fill` filler forwards."""
         T = self.cfg.rollout.temperature or 1.0
         out = []
-        for mb in mbs:
+        for k, mb in enumerate(mbs + [filler(self.tok.pad_id, self.device)] * n_fill):
             args = (mb.input_ids, mb.position_ids, mb.cu_seqlens, mb.max_seqlen)
             with self.autocast():
                 old, _ = self.policy(*args, sel=mb.sel, targets=mb.targets, temperature=T)
@@ -202,7 +210,9 @@ class Trainer:
                 if self.critic is not None:
                     v = self.critic(*args).float()
                     tv, sv = v[mb.sel], v[mb.step_pos]
-            out.append({"old": old.float(), "ref": None if ref is None else ref.float(), "tok_value": tv, "step_value": sv})
+            if k < len(mbs):
+                out.append({"old": old.float(), "ref": None if ref is None else ref.float(), "tok_value": tv,
+                            "step_value": sv})
         return out
 
     def iteration(self, it: int) -> dict:
@@ -222,9 +232,11 @@ class Trainer:
         plan = [[collate(g, trajs, order, self.device)
                  for g in split_by_tokens([s for ti in mini for s in by_traj[ti]], cfg.train.micro_tokens)]
                 for mini in minis]
+        # FSDP: every rank runs as many micro-batches per mini-batch as the busiest rank (fillers)
+        fill = [int(distributed.all_max(len(mini), self.d)) - len(mini) for mini in plan]
         t1 = time.time()
         flat = [mb for mini in plan for mb in mini]
-        scores = self.score(flat) if flat else []
+        scores = self.score(flat, sum(fill))
         # global per-token / per-step tensors (CPU, float64 math in credit.py)
         cat = lambda key: torch.cat([s[key].cpu() for s in scores]) if scores and scores[0][key] is not None else None  # noqa: E731
         tok_step = torch.cat([mb.tok_step.cpu() for mb in flat]) if flat else torch.zeros(0, dtype=torch.long)
@@ -243,15 +255,16 @@ class Trainer:
         ) if K else None
         t_score = time.time() - t1
         metrics = self.rollout_metrics(trajs)
-        if K:
-            old_all = cat("old")
-            gap = (old_all - sampler).abs()[mask.bool()]
-            metrics.update(logprob_gap_mean=float(gap.mean()) if gap.numel() else 0.0,
-                           logprob_gap_max=float(gap.max()) if gap.numel() else 0.0)
-            if credit["kl"] is not None:
-                metrics["kl_ref"] = float(credit["kl"].sum() / mask.sum().clamp(min=1))
+        # sampler-trainer gap and KL over the global batch (every rank joins the reductions)
+        gap = (cat("old") - sampler).abs()[mask.bool()] if K else torch.zeros(0)
+        g = distributed.all_sum(torch.tensor([float(gap.sum()), gap.numel()]), self.d)
+        metrics.update(logprob_gap_mean=float(g[0] / g[1].clamp(min=1)),
+                       logprob_gap_max=distributed.all_max(float(gap.max()) if gap.numel() else 0.0, self.d))
+        if self.ref is not None:
+            kl = distributed.all_sum(torch.tensor([float(credit["kl"].sum()) if K else 0.0, float(mask.sum())]), self.d)
+            metrics["kl_ref"] = float(kl[0] / kl[1].clamp(min=1))
         t2 = time.time()
-        upd = self.update(plan, flat, scores, credit, sampler) if K else {}
+        upd = self.update(plan, fill, flat, scores, credit, sampler)
         metrics.update(upd)
         t_train = time.time() - t2
         n_roll = sum(len(s.response_ids) for _, _, s in steps)
@@ -276,20 +289,27 @@ class Trainer:
         rows = distributed.gather_objects([_traj_stats(t) for t in trajs], self.d)
         return summarize([r for rs in rows for r in rs])
 
-    def update(self, plan, flat, scores, credit, sampler) -> dict:
+    def update(self, plan, fill, flat, scores, credit, sampler) -> dict:
+        """PPO epochs over the mini-batches; returns metrics averaged over tokens / optimizer steps and ranks.
+
+        A non-finite loss does not stop the backward passes: under FSDP every
+        rank must run the same collectives; the optimizer step is skipped.
+        """
         cfg, a = self.cfg, self.cfg.algo
         T = cfg.rollout.temperature or 1.0
         # split global tensors back per micro-batch
         sizes = [mb.sel.numel() for mb in flat]
-        adv = list(torch.split(credit["adv"], sizes))
-        samp = list(torch.split(sampler, sizes))
-        target = credit["value_target"]
+        adv = list(torch.split(credit["adv"], sizes)) if flat else []
+        samp = list(torch.split(sampler, sizes)) if flat else []
+        target = credit["value_target"] if flat else None
+        step_target = a.advantage == "step_gae"
         agg = a.loss_agg
         seg_key = "tok_step" if (agg == "step_mean" or a.ratio_level == "step") else "tok_traj"
-        stats = {}
+        stats, skipped = {}, 0
         mb_index = {id(mb): i for i, mb in enumerate(flat)}
+        dev = self.device
         for epoch in range(a.ppo_epochs):
-            for mini in plan:
+            for mini, n_fill in zip(plan, fill):
                 mask_sum = sum(float(mb.mask.sum()) for mb in mini)
                 segs = set()
                 for mb in mini:
@@ -297,18 +317,17 @@ class Trainer:
                     segs.update(ids)
                 count = mask_sum if agg == "token_mean" else float(len(segs))
                 norm = float(distributed.all_sum(count, self.d)) / self.d.world
-                vcount = sum(mb.step_index.numel() for mb in mini) if (target and target[0] == "step") else mask_sum
+                vcount = sum(mb.step_index.numel() for mb in mini) if step_target else mask_sum
                 vnorm = float(distributed.all_sum(vcount, self.d)) / self.d.world
                 if norm <= 0:
                     continue
                 self.opt.zero_grad(set_to_none=True)
                 if self.critic is not None:
                     self.copt.zero_grad(set_to_none=True)
-                ok = True
+                ok, mstats, pg_sum, vl_sum = True, {}, 0.0, 0.0
                 for mb in mini:
                     i = mb_index[id(mb)]
                     sc = scores[i]
-                    dev = self.device
                     seg = getattr(mb, seg_key)
                     with self.autocast():
                         logp, ent = self.policy(mb.input_ids, mb.position_ids, mb.cu_seqlens, mb.max_seqlen,
@@ -325,16 +344,14 @@ class Trainer:
                         kl_tok = kl_penalty(logp, sc["ref"], a.kl_estimator)
                         loss = loss + a.kl_coef * aggregate(kl_tok, mb.mask, seg, agg, norm=norm)
                     m["entropy"] = (ent * mb.mask).sum() / mb.mask.sum().clamp(min=1)
-                    if not torch.isfinite(loss):
-                        ok = False
-                        break
+                    ok = ok and bool(torch.isfinite(loss))
                     loss.backward()
-                    _accumulate(stats, m, mb.mask.sum().detach())
-                    _accumulate(stats, {"pg_loss": loss.detach() * self.d.world}, 1.0, mean=False)
+                    _accumulate(mstats, m, mb.mask.sum().detach())
+                    pg_sum += float(loss.detach())
                     if self.critic is not None:
                         with self.autocast():
                             v = self.critic(mb.input_ids, mb.position_ids, mb.cu_seqlens, mb.max_seqlen).float()
-                        if target[0] == "step":
+                        if step_target:
                             vpred, vold, vmask = v[mb.step_pos], sc["step_value"], torch.ones(mb.step_pos.numel(), device=dev)
                             vtgt = target[1][mb.step_index.cpu()].to(dev)
                         else:
@@ -342,18 +359,42 @@ class Trainer:
                             vtgt = target[1][_slice(sizes, i)].to(dev)
                         vl, vm = value_loss(vpred, vold, vtgt, vmask, clip=a.value_clip or None, norm=vnorm)
                         vl = a.vf_coef * vl
-                        if not torch.isfinite(vl):
-                            ok = False
-                            break
+                        ok = ok and bool(torch.isfinite(vl))
                         vl.backward()
-                        vm["value_loss"] = vl.detach() * self.d.world
-                        _accumulate(stats, vm, vmask.sum())
-                self.optimizer_step(ok, stats)
-        out = {k: float(v[0] / max(float(v[1]), 1e-12)) for k, v in stats.items()}
+                        vl_sum += float(vl.detach())
+                        _accumulate(mstats, vm, vmask.sum())
+                for _ in range(n_fill):
+                    self.filler_backward(T)
+                # each rank's loss is world x its share of the global loss (FSDP averages gradients), so the
+                # mean over ranks of these sums, which _reduce_stats takes, is the global mini-batch loss
+                _accumulate(mstats, {"pg_loss": pg_sum}, 1.0)
+                if self.critic is not None:
+                    _accumulate(mstats, {"value_loss": vl_sum}, 1.0)
+                if self.optimizer_step(ok, mstats):
+                    for k, (tot, cnt) in mstats.items():
+                        t0, c0 = stats.get(k, (0.0, 0.0))
+                        stats[k] = (t0 + tot, c0 + cnt)
+                else:
+                    skipped += 1
+        out = _reduce_stats(stats, self.d)
+        out["skipped_updates"] = float(skipped)
         return out
 
+    def filler_backward(self, T: float):
+        """The forward/backward passes of a micro-batch that contributes zero gradient (see packing.filler)."""
+        mb = filler(self.tok.pad_id, self.device)
+        args = (mb.input_ids, mb.position_ids, mb.cu_seqlens, mb.max_seqlen)
+        with self.autocast():
+            logp, ent = self.policy(*args, sel=mb.sel, targets=mb.targets, temperature=T)
+        ((logp.float().sum() + ent.float().sum()) * 0.0).backward()
+        if self.critic is not None:
+            with self.autocast():
+                v = self.critic(*args)
+            (v.float().sum() * 0.0).backward()
+
     def optimizer_step(self, ok: bool, stats: dict) -> bool:
-        """Clip, check finiteness, step; a non-finite loss or gradient skips the update entirely."""
+        """Clip, check finiteness, step; a non-finite loss or gradient (on any rank) skips the update entirely:
+        parameters, optimizer moments and the learning-rate schedule stay as they were."""
         gn = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.train.grad_clip or float("inf"))
         gn = gn.full_tensor() if hasattr(gn, "full_tensor") else gn
         cgn = None
@@ -367,7 +408,6 @@ class Trainer:
             self.opt.zero_grad(set_to_none=True)
             if self.critic is not None:
                 self.copt.zero_grad(set_to_none=True)
-            _accumulate(stats, {"skipped_updates": torch.tensor(1.0)}, 1.0, mean=False)
             return False
         self.opt.step()
         self.sched.step()
@@ -427,12 +467,22 @@ def _slice(sizes, i):
     return slice(s, s + sizes[i])
 
 
-def _accumulate(stats: dict, metrics: dict, weight, mean: bool = True):
-    w = float(weight) if mean else 1.0
+def _accumulate(stats: dict, metrics: dict, weight):
+    """stats[k] = (sum of weight * value, sum of weight): a weighted mean, reduced later."""
+    w = float(weight)
     for k, v in metrics.items():
         v = float(v.detach()) if torch.is_tensor(v) else float(v)
         tot, cnt = stats.get(k, (0.0, 0.0))
-        stats[k] = (tot + v * w, cnt + (w if mean else 1.0))
+        stats[k] = (tot + v * w, cnt + w)
+
+
+def _reduce_stats(stats: dict, d) -> dict:
+    """Weighted means over all ranks: sums of (value * weight, weight) are added across ranks."""
+    keys = sorted({k for ks in distributed.gather_objects(sorted(stats), d) for k in ks})
+    if not keys:
+        return {}
+    t = distributed.all_sum(torch.tensor([list(stats.get(k, (0.0, 0.0))) for k in keys], dtype=torch.float64), d)
+    return {k: float(t[j, 0] / t[j, 1]) if t[j, 1] > 0 else 0.0 for j, k in enumerate(keys)}
 
 
 def _traj_stats(t) -> dict:

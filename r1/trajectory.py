@@ -145,7 +145,10 @@ def main(argv=None):
     show.add_argument("--index", type=int, default=0)
     show.add_argument("--ids", action="store_true", help="print token ids instead of text")
     a = p.parse_args(argv)
-    trajs = load(iter_path(a.run_dir, a.iter))
+    try:
+        trajs = load(iter_path(a.run_dir, a.iter))
+    except FileNotFoundError as e:  # a typo in RUN_DIR or --iter deserves one line, not a traceback
+        raise SystemExit(f"error: {e}") from None
     if not 0 <= a.index < len(trajs):
         raise SystemExit(f"error: --index {a.index} out of range: iteration {a.iter} has {len(trajs)} trajectories")
     decode = None

@@ -147,6 +147,7 @@ def save_hf(state_dict, hf_config: dict, out_dir, tokenizer=None) -> Path:
     out_dir = Path(out_dir).expanduser().resolve()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    tmp.chmod(0o755)  # mkdtemp makes it private; the export is an ordinary folder
     try:
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
@@ -229,7 +230,7 @@ def _load_gguf(path: Path, dtype, device):
         values = torch.from_numpy(dequantize(tensor.data, tensor.tensor_type).copy())  # copy: F32 data is a read-only mmap
         if config["model_type"] == "llama" and (".attn_q." in tensor.name or ".attn_k." in tensor.name):
             heads = config["num_attention_heads"] if ".attn_q." in tensor.name else config["num_key_value_heads"]
-            pass
+            values = _unpermute_rows(values, heads)
         state_dict[name] = values.to(device=device, dtype=dtype)
     return config, state_dict
 
@@ -295,11 +296,12 @@ def _gguf_config(reader, path: Path) -> dict:
         "vocab_size": int(field(f"{arch}.vocab_size", shapes["token_embd.weight"][0])),
         "max_position_embeddings": int(field(f"{arch}.context_length")),
         "tie_word_embeddings": "output.weight" not in shapes,
-        "attention_bias": "blk.0.attn_q.bias" in shapes,
         "hidden_act": "silu",
         "bos_token_id": field("tokenizer.ggml.bos_token_id"),
         "eos_token_id": field("tokenizer.ggml.eos_token_id"),
     }
+    if arch != "qwen2":  # Qwen2 always has q/k/v biases, and its config has no such switch
+        config["attention_bias"] = "blk.0.attn_q.bias" in shapes
     if field("tokenizer.ggml.padding_token_id") is not None:
         config["pad_token_id"] = field("tokenizer.ggml.padding_token_id")
     return config

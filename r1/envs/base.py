@@ -45,6 +45,9 @@ class Env:
     def __init__(self, tokenizer, max_context: int = 2048, max_new_tokens: int = 256, policy: str = "append"):
         if policy not in ("append", "window", "truncate"):
             raise ValueError(f"unknown context policy {policy!r}; expected append, window or truncate")
+        if not 0 < max_new_tokens < max_context:
+            raise ValueError(f"max_new_tokens={max_new_tokens} must be positive and below max_context={max_context}: "
+                             "a step's prompt plus its response must fit the context")
         self.tok = tokenizer
         self.max_context, self.max_new_tokens, self.policy = max_context, max_new_tokens, policy
         self.chunks: list = []  # the first prompt, then each (response + observation) as ids
@@ -87,7 +90,10 @@ class Env:
             return ids, None
         summary = self.summarize(self.chunks)
         if summary is not None:
-            ids = self.chunks[0] + self.obs_ids(summary)
+            # The first prompt ends with an open assistant turn (the generation prompt);
+            # close it, as after a response, so the summary turn renders where a turn may start.
+            closing = self.tok.close_turn_ids([]) if summary.ids is None else []
+            ids = self.chunks[0] + closing + self.obs_ids(summary)
             self.chunks = [self.chunks[0], ids[len(self.chunks[0]):]]
             return (ids, None) if len(ids) <= self.budget else (None, "context_budget")
         if self.policy == "append":

@@ -5,8 +5,12 @@ The model writes Hermes/Qwen-style calls, `<tool_call>{"name": ..., "arguments":
 returns their results as `tool` messages (the chat template renders them in its
 tool-response form). A turn without any call is the final answer and is scored
 by the task. A malformed call (bad JSON, unknown tool, wrong argument types,
-unclosed tag, too many calls) becomes an error result the model can read,
-an optional penalty, and an entry in the step's info; it never raises.
+unclosed tag, too many calls) or a malformed reply (empty, or holding a
+special token such as `<|im_start|>` before its end) becomes an error result
+the model can read, an optional penalty, and an entry in the step's info; it
+never raises. Observation text never carries special-token text: a tool
+result or an error that quotes the model is defanged (`< |im_end|>`), so an
+echoed name cannot forge a turn boundary when the template encodes it.
 
 With `tools=()` and `max_steps=1` the same class is the single-step task.
 """
@@ -16,7 +20,8 @@ from r1.envs.base import Action, Env, Observation
 from r1.envs.tools import get_tool, validate_arguments
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
-ERROR_KINDS = ("unclosed_tag", "bad_json", "bad_call", "unknown_tool", "bad_arguments", "too_many_calls", "tool_error")
+ERROR_KINDS = ("empty_response", "special_token", "unclosed_tag", "bad_json", "bad_call", "unknown_tool",
+               "bad_arguments", "too_many_calls", "tool_error")
 
 
 def parse_tool_calls(text: str, max_calls: int = 8):
@@ -37,7 +42,7 @@ def parse_tool_calls(text: str, max_calls: int = 8):
             break
         try:
             call = json.loads(body)
-        except (json.JSONDecodeError, RecursionError) as e:
+        except (ValueError, RecursionError) as e:  # ValueError also covers ints beyond Python's 4300-digit limit
             errors.append(("bad_json", f"tool call is not valid JSON ({str(e)[:80]})"))
             continue
         if not isinstance(call, dict) or not isinstance(call.get("name"), str):
@@ -47,7 +52,7 @@ def parse_tool_calls(text: str, max_calls: int = 8):
         if isinstance(args, str):  # some models emit arguments as a JSON string
             try:
                 args = json.loads(args)
-            except json.JSONDecodeError:
+            except (ValueError, RecursionError):
                 errors.append(("bad_json", f"arguments of {call['name'][:40]!r} are not valid JSON"))
                 continue
         calls.append((call["name"], args))
@@ -62,6 +67,8 @@ class ToolEnv(Env):
         self.tool_fns = {name: get_tool(name) for name in tools}
         self.tools = [t.schema for t in self.tool_fns.values()]
         self.max_steps, self.penalty, self.max_calls = max_steps, malformed_penalty, max_calls
+        self.specials = sorted(getattr(tokenizer, "special_tokens", ()), key=len, reverse=True)
+        self.stop_texts = [tokenizer.decode([i]) for i in getattr(tokenizer, "stop_ids", ())]
 
     def reset(self, sample) -> Observation:
         self.sample, self.t = sample, 0
@@ -70,6 +77,8 @@ class ToolEnv(Env):
     def step(self, action: Action):
         self.t += 1
         calls, errors = parse_tool_calls(action.text, self.max_calls) if self.tools else ([], [])
+        if self.tools:
+            errors = self.reply_errors(action.text) + errors
         info = {"tool_calls": len(calls), "errors": [k for k, _ in errors], "final": False}
         if not calls and not errors:
             info["final"] = True
@@ -88,14 +97,34 @@ class ToolEnv(Env):
                 if not out.ok:
                     info["errors"].append("tool_error")
                 text = out.text
-            results.append({"role": "tool", "name": name[:40], "content": text})
+            results.append({"role": "tool", "name": self.defang(name[:40]), "content": self.defang(text)})
         for kind, message in errors:
-            results.append({"role": "tool", "name": "error", "content": f"error ({kind}): {message}"})
+            results.append({"role": "tool", "name": "error", "content": self.defang(f"error ({kind}): {message}")})
         reward = self.penalty if info["errors"] else 0.0
         if self.t >= self.max_steps:
             info["reason"] = "max_steps"
             return None, reward, True, info
         return Observation(messages=results), reward, False, info
+
+    def reply_errors(self, text: str) -> list:
+        """[(kind, message)] for a reply that is empty or holds a special token before its end."""
+        body = text.rstrip()
+        # The one stop token that ended the turn is how a reply ends, not an error; a second one is.
+        end = next((s for s in self.stop_texts if s and body.endswith(s)), "")
+        body = body[: len(body) - len(end)]
+        if not body.strip():
+            return [("empty_response", "the reply is empty; call a tool or write the final answer")]
+        found = next((s for s in self.specials if s in body), None)
+        if found is not None:
+            return [("special_token", f"the reply contains the special token {found!r} before its end; "
+                                      "special tokens only end a turn")]
+        return []
+
+    def defang(self, text: str) -> str:
+        """Text with every special-token string split by a space, so encoding it gives plain tokens."""
+        for s in self.specials:
+            text = text.replace(s, s[:1] + " " + s[1:])
+        return text
 
 
 def make_env(cfg, tokenizer):

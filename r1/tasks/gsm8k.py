@@ -117,7 +117,8 @@ def _last_boxed(text: str) -> str | None:
 
 
 def load_split(path_or_dir: str | Path, split: str, skip_bad: bool = False) -> list[dict]:
-    """Rows of one split from a jsonl file, a parquet file, or a directory holding either layout.
+    """Rows of one split from a directory holding either layout, or from one jsonl/parquet file
+    (then `split` only names the ids, "gsm8k-<split>-<index>").
 
     A row with a missing field or no readable `#### <number>` raises ValueError
     naming the file and line; with skip_bad=True such rows are skipped and one

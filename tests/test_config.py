@@ -1,0 +1,230 @@
+"""r1/config.py: files load, overrides are typed by the field, and every kind of bad input
+is one line that names the culprit (key, file:line, closest keys, expected type or range).
+
+Pure config, no model or tokenizer: the whole file runs in well under a second.
+"""
+import dataclasses
+import glob
+import os
+
+import pytest
+import yaml
+
+from r1.config import (BOUNDS, CHOICES, Config, ConfigError, all_keys, describe, dump, get, load_config, save,
+                       validate)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIGS = sorted(glob.glob(os.path.join(ROOT, "configs", "*.yaml")))
+
+
+def error(path=None, overrides=()) -> str:
+    """The ConfigError message of a load that must fail; it must be one line."""
+    with pytest.raises(ConfigError) as e:
+        load_config(path, list(overrides))
+    message = str(e.value)
+    assert "\n" not in message, message
+    return message
+
+
+def write(tmp_path, text, name="c.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+# ---------------------------------------------------------------- good input
+
+
+def test_configs_dir_is_not_empty():
+    assert len(CONFIGS) >= 4, CONFIGS  # smoke, quickstart, gsm8k, gsm8k_tool
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=os.path.basename)
+def test_every_shipped_config_loads_and_roundtrips(path, tmp_path):
+    cfg = load_config(path)
+    raw = yaml.safe_load(open(path))
+    for section, values in raw.items():  # every value in the file reached the Config
+        for name, value in values.items():
+            assert get(cfg, f"{section}.{name}") == value, f"{section}.{name}"
+    again = tmp_path / "config.yaml"
+    save(cfg, str(again))
+    assert load_config(str(again)) == cfg
+
+
+def test_defaults_are_valid_and_documented():
+    validate(Config())
+    text = describe()
+    for key in all_keys():
+        line = next(l for l in text.splitlines() if l.strip().startswith(key + " ="))
+        assert line.split("#", 1)[1].strip(), f"{key} has no docstring"
+
+
+def test_rule_tables_name_real_keys():
+    # A renamed field must not leave a rule behind that silently checks nothing.
+    assert set(CHOICES) <= set(all_keys()), set(CHOICES) - set(all_keys())
+    assert set(BOUNDS) <= set(all_keys()), set(BOUNDS) - set(all_keys())
+    for key, choices in CHOICES.items():
+        assert get(Config(), key) in choices, key
+
+
+def test_overrides_are_typed_by_the_field():
+    cfg = load_config(None, [
+        "train.steps=7", "train.lr=1e-5", "train.critic_lr=0.003", "algo.whiten=true", "log.progress=False",
+        "model.tokenizer=null", "model.ref_path=None", "env.tools=calculator", "algo.advantage=grpo",
+        "run.dir=0755", "eval.split=1", "algo.gamma=1", "algo.entropy_coef=-0.01",
+    ])
+    assert cfg.train.steps == 7 and type(cfg.train.steps) is int
+    assert cfg.train.lr == 1e-5 and type(cfg.train.lr) is float  # YAML 1.1 alone would give the string "1e-5"
+    assert cfg.train.critic_lr == 0.003
+    assert cfg.algo.whiten is True and cfg.log.progress is False
+    assert cfg.model.tokenizer is None and cfg.model.ref_path is None
+    assert cfg.env.tools == ["calculator"]
+    assert cfg.algo.advantage == "grpo"
+    assert cfg.run.dir == "0755" and cfg.eval.split == "1"  # a str field keeps the text as written (no octal)
+    assert cfg.algo.gamma == 1.0 and type(cfg.algo.gamma) is float
+    assert cfg.algo.entropy_coef == -0.01
+
+
+def test_override_list_forms_and_last_wins():
+    assert load_config(None, ["env.tools=[calculator]"]).env.tools == ["calculator"]
+    assert load_config(None, ["env.tools= calculator , calculator"]).env.tools == ["calculator", "calculator"]
+    assert load_config(None, ["env.tools="]).env.tools == []
+    assert load_config(None, ["train.steps=3", "train.steps=5"]).train.steps == 5
+
+
+def test_overrides_beat_the_file(tmp_path):
+    path = write(tmp_path, "train:\n  steps: 3\n  lr: 1e-5\nmodel:\n  tokenizer: some/dir\n")
+    cfg = load_config(path, ["train.steps=9", "model.tokenizer=null"])
+    assert cfg.train.steps == 9 and cfg.train.lr == 1e-5 and cfg.model.tokenizer is None
+
+
+def test_file_forms(tmp_path):
+    # An empty section keeps defaults; a dotted key at the top level works; a number for a str field is its text.
+    path = write(tmp_path, "algo:\n  # nothing yet\nalgo.gamma: 0.5\nrun:\n  dir: 2024\n")
+    cfg = load_config(path)
+    assert cfg.algo.gamma == 0.5 and cfg.algo.lam == 1.0 and cfg.run.dir == "2024"
+    assert load_config(write(tmp_path, "", "empty.yaml")) == Config()
+
+
+def test_resolved_config_roundtrips_through_dump(tmp_path):
+    cfg = load_config(CONFIGS[0], ["model.tokenizer=a/b", "run.dir=0755", "eval.split=1e3", "env.tools=",
+                                   "train.lr=1e-7", "algo.whiten=true", "eval.out=null", "run.seed=123"])
+    assert yaml.safe_load(dump(cfg)) == dataclasses.asdict(cfg)
+    path = write(tmp_path, dump(cfg), "dumped.yaml")
+    assert load_config(path) == cfg
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def test_unknown_key_in_file_names_file_line_and_close_keys(tmp_path):
+    path = write(tmp_path, "algo:\n  gamma: 0.9\n  clip_hi: 0.3\n")
+    msg = error(path)
+    assert "'algo.clip_hi'" in msg and f"{path}:3" in msg and "algo.clip_high" in msg
+
+
+def test_unknown_key_on_command_line_names_close_keys():
+    msg = error(None, ["algo.clip_hi=0.3"])
+    assert "'algo.clip_hi'" in msg and "command line" in msg and "algo.clip_high" in msg
+    assert "algo.clip_high" in error(None, ["train.clip_high=0.3"])  # right name, wrong section
+    assert "train.lr" in error(None, ["lr=1e-5"])  # no section at all
+    assert "'algo.gamma.x'" in error(None, ["algo.gamma.x=1"])
+
+
+def test_unknown_section_and_stray_key_in_file(tmp_path):
+    msg = error(write(tmp_path, "run:\n  seed: 1\nalgoo:\n  gamma: 1\n"))
+    assert "'algoo'" in msg and "c.yaml:3" in msg and "did you mean algo?" in msg
+    msg = error(write(tmp_path, "lr: 1e-5\n", "stray.yaml"))
+    assert "'lr'" in msg and "stray.yaml:1" in msg and "train.lr" in msg
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("train.steps=many", "expects int"), ("train.steps=4.0", "expects int"), ("train.lr=abc", "expects float"),
+    ("algo.whiten=1", "expects true or false"), ("algo.whiten=maybe", "expects true or false"),
+    ("train.lr=nan", "finite"), ("algo.gamma=.inf", "finite"), ("train.steps=", "expects int"),
+    ("env.tools=[1, [2]]", "expects str"), ("run.dir=null", "expects str"), ("eval.split=None", "expects str"),
+])
+def test_wrong_type_on_command_line_names_key_and_type(override, expected):
+    msg = error(None, [override])
+    key = override.split("=")[0]
+    assert f"'{key}'" in msg and "command line" in msg and expected in msg, msg
+
+
+def test_wrong_type_in_file_names_key_line_and_type(tmp_path):
+    path = write(tmp_path, "run:\n  seed: 1\ntrain:\n  steps: many\n")
+    msg = error(path)
+    assert "'train.steps'" in msg and f"{path}:4" in msg and "expects int" in msg
+    msg = error(write(tmp_path, "algo:\n  whiten: [1]\n", "w.yaml"))
+    assert "'algo.whiten'" in msg and "w.yaml:2" in msg and "true or false" in msg
+    msg = error(write(tmp_path, "run:\n  dir: [a]\n", "d.yaml"))
+    assert "'run.dir'" in msg and "expects str" in msg
+
+
+def test_choices_name_the_options(tmp_path):
+    msg = error(None, ["algo.advantage=grp"])
+    assert "'algo.advantage'" in msg and "grpo" in msg and "step_gae" in msg
+    msg = error(write(tmp_path, "run:\n  dtype: 16\n"))  # a number must not slip past the choices as "16"
+    assert "'run.dtype'" in msg and "bfloat16" in msg
+
+
+@pytest.mark.parametrize("overrides, key, expected", [
+    (["rollout.n=0"], "rollout.n", ">= 1"), (["train.steps=-1"], "train.steps", ">= 0"),
+    (["rollout.top_p=1.5"], "rollout.top_p", "(0, 1]"),
+    (["rollout.top_p=0"], "rollout.top_p", "(0, 1]"), (["algo.gamma=1.1"], "algo.gamma", "in [0.0, 1.0]"),
+    (["algo.dual_clip=0.5"], "algo.dual_clip", "> 1"), (["env.malformed_penalty=0.5"], "env.malformed_penalty", "<= 0"),
+    (["data.level=99"], "data.level", "[1, 8]"), (["env.tools=calc"], "env.tools", "calculator"),
+    (["data.task=gsm8k"], "data.path", "gsm8k"), (["rollout.max_new_tokens=4096"], "rollout.max_new_tokens", "max_context"),
+    (["rollout.n=1", "algo.advantage=grpo"], "rollout.n", ">= 2"),
+])
+def test_out_of_range_values_name_key_and_rule(overrides, key, expected):
+    msg = error(None, overrides)
+    assert f"'{key}'" in msg and expected in msg, msg
+
+
+def test_range_error_in_file_names_its_line(tmp_path):
+    path = write(tmp_path, "rollout:\n  prompts: 4\n  n: 0\n")
+    msg = error(path)
+    assert "'rollout.n'" in msg and f"{path}:3" in msg and ">= 1" in msg
+
+
+def test_bad_yaml_names_file_and_line(tmp_path):
+    path = write(tmp_path, "train:\n  steps: 3\n  lr: [1\n  warmup: 2\nalgo:\n  gamma: 1\n")
+    msg = error(path)
+    assert msg.startswith(f"bad YAML in {path}:4: ") and "at line 3)" in msg  # found at 4, begun at 3
+    msg = error(write(tmp_path, "train:\n\tsteps: 3\n", "tab.yaml"))
+    assert "tab.yaml:2" in msg
+
+
+def test_duplicate_keys_are_errors_not_silently_dropped(tmp_path):
+    msg = error(write(tmp_path, "algo:\n  gamma: 0.9\ntrain:\n  steps: 3\nalgo:\n  lam: 0.5\n"))
+    assert "'algo'" in msg and "c.yaml:5" in msg and "line 1" in msg
+    msg = error(write(tmp_path, "algo:\n  gamma: 0.9\n  gamma: 0.8\n", "k.yaml"))
+    assert "'algo.gamma'" in msg and "k.yaml:3" in msg
+
+
+def test_missing_or_unreadable_file(tmp_path):
+    msg = error(str(tmp_path / "nope.yaml"))
+    assert "not found" in msg and "nope.yaml" in msg
+    assert "directory" in error(str(tmp_path))
+    (tmp_path / "bin.yaml").write_bytes(b"run:\n  dir: \xff\xfe\n")
+    assert "bin.yaml" in error(str(tmp_path / "bin.yaml"))
+
+
+@pytest.mark.parametrize("text, kind", [("- 1\n- 2\n", "list"), ("just text\n", "str"), ("3\n", "int")])
+def test_non_mapping_file(tmp_path, text, kind):
+    path = write(tmp_path, text)
+    msg = error(path)
+    assert path in msg and "mapping" in msg and kind in msg
+
+
+@pytest.mark.parametrize("text", ["algo: 3\n", "algo: [1, 2]\n", "algo: grpo\n"])
+def test_section_given_a_scalar(tmp_path, text):
+    path = write(tmp_path, "run:\n  seed: 1\n" + text)
+    msg = error(path)
+    assert "section 'algo'" in msg and f"{path}:3" in msg and "mapping" in msg
+
+
+@pytest.mark.parametrize("text", ["train.steps", "=3", ""])
+def test_malformed_override(text):
+    msg = error(None, [text])
+    assert "key=value" in msg

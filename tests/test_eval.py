@@ -1,0 +1,103 @@
+"""Evaluation: eval.py end to end, and the batch metrics and pass@k against hand counts.
+
+`summarize` is what both eval.py and the trainer's metrics.jsonl report, so
+its numbers are checked against a hand-written set of trajectories whose
+counts are worked out in the comments; pass@k against exact fractions and
+a brute-force enumeration of subsets.
+"""
+import importlib
+import itertools
+import json
+import math
+import os
+
+import pytest
+
+from r1.evaluate import pass_at_k, summarize
+from r1.trainer import _traj_stats
+from r1.trajectory import Step, Trajectory, load as load_trajs
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SMOKE = os.path.join(ROOT, "configs", "smoke.yaml")
+eval_py = importlib.import_module("eval")  # the entry point (a module named like the builtin)
+
+
+def test_eval_py_prints_final_json(tmp_path, capsys):
+    out = str(tmp_path / "eval")
+    eval_py.main(["--config", SMOKE, "eval.limit=4", f"eval.out={out}", "rollout.max_new_tokens=8"])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    res = json.loads(last)
+    assert res["n"] == 4 and res["task"] == "synthetic" and res["model"] == "tiny"
+    for k in ("accuracy", "mean_turns", "mean_tool_calls", "malformed_rate", "mean_response_len"):
+        assert isinstance(res[k], float), k
+    # the printed numbers are those of the saved greedy trajectories
+    trajs = load_trajs(os.path.join(out, "eval_trajectories.jsonl.gz"))
+    assert len(trajs) == 4
+    assert res["mean_turns"] == sum(len(t.steps) for t in trajs) / 4
+    assert res["mean_tool_calls"] == sum(t.num_tool_calls for t in trajs) / 4
+    assert res["mean_response_len"] == sum(len(s.response_ids) for t in trajs for s in t.steps) / 4
+    assert all(len(s.response_ids) <= 8 for t in trajs for s in t.steps)
+    with open(os.path.join(out, "eval.json")) as f:
+        saved = json.load(f)
+    assert saved == {k: v for k, v in res.items() if k not in ("model", "task")}
+    # a second evaluation into the same folder is refused and overwrites nothing
+    before = sorted(os.listdir(out))
+    with pytest.raises(SystemExit) as e:
+        eval_py.main(["--config", SMOKE, "eval.limit=4", f"eval.out={out}"])
+    assert str(e.value.code).startswith("error:") and sorted(os.listdir(out)) == before
+
+
+def step(n_tokens, reward=0.0, final=False, tool_calls=0, errors=()):
+    return Step([1, 2], [5] * n_tokens, [0.0] * n_tokens, reward=reward,
+                info={"final": final, "tool_calls": tool_calls, "errors": list(errors)})
+
+
+HAND = [
+    # one calculator call, then a correct answer: reward 1, 2 turns, 1 call, 30 tokens
+    Trajectory("a", 0, "0", [step(20, tool_calls=1), step(10, 1.0, final=True)], "answered"),
+    # two calls (one malformed), then out of steps: reward 0, 3 turns, 2 calls, 1 malformed step, 50 tokens
+    Trajectory("b", 1, "1", [step(20, tool_calls=1), step(20, tool_calls=1, errors=["bad_json"]), step(10)],
+               "max_steps"),
+    # a malformed call penalised -0.5 ending the episode on a wrong answer: 1 turn, 0 calls, 1 malformed step
+    Trajectory("c", 2, "2", [step(10, -0.5, final=True, errors=["unclosed_tag"])], "answered"),
+    # correct after one call: reward 1, 2 turns, 1 call, 20 tokens
+    Trajectory("d", 3, "3", [step(15, tool_calls=1), step(5, 1.0, final=True)], "answered"),
+]
+
+
+def test_summarize_matches_hand_count():
+    stats = [_traj_stats(t) for t in HAND]
+    assert [s["correct"] for s in stats] == [1.0, 0.0, 0.0, 1.0]
+    assert [s["response_len"] for s in stats] == [30, 50, 10, 20]
+    res = summarize(stats)
+    rewards = [1.0, 0.0, -0.5, 1.0]  # mean 0.375; squared deviations .390625 .140625 .765625 .390625
+    assert res["n"] == 4
+    assert res["reward_mean"] == pytest.approx(0.375)
+    assert res["reward_std"] == pytest.approx(math.sqrt(1.6875 / 4))  # population std
+    assert res["reward_mean"] == pytest.approx(sum(rewards) / 4)
+    assert res["accuracy"] == 0.5
+    assert res["mean_turns"] == 2.0  # (2 + 3 + 1 + 2) / 4
+    assert res["mean_tool_calls"] == 1.0  # (1 + 2 + 0 + 1) / 4
+    assert res["malformed_rate"] == 0.25  # 2 malformed steps out of 8 turns
+    assert res["mean_response_len"] == 27.5  # (30 + 50 + 10 + 20) / 4
+    assert res["term_answered"] == 0.75 and res["term_max_steps"] == 0.25
+    assert summarize([]) == {"n": 0}
+
+
+def brute_pass_at_k(n, c, k):
+    """Fraction of k-subsets of n samples (c correct) holding at least one correct sample."""
+    subsets = list(itertools.combinations([1] * c + [0] * (n - c), k))
+    return sum(any(s) for s in subsets) / len(subsets)
+
+
+def test_pass_at_k_known_values():
+    assert pass_at_k(5, 2, 1) == pytest.approx(2 / 5)
+    assert pass_at_k(5, 2, 2) == pytest.approx(1 - 3 / 10)  # 1 - C(3,2)/C(5,2)
+    assert pass_at_k(10, 3, 5) == pytest.approx(1 - 21 / 252)  # 1 - C(7,5)/C(10,5)
+    assert pass_at_k(4, 0, 2) == 0.0
+    assert pass_at_k(4, 4, 1) == 1.0
+    assert pass_at_k(4, 2, 3) == 1.0  # fewer than k wrong samples: every k-subset holds a correct one
+    for n in range(1, 8):
+        for c in range(n + 1):
+            for k in range(1, n + 1):
+                assert pass_at_k(n, c, k) == pytest.approx(brute_pass_at_k(n, c, k)), (n, c, k)

@@ -1,0 +1,165 @@
+"""The RL trainer end to end on CPU: run folder, HF export, resume, 1 vs 2 processes, refusing to overwrite.
+
+Every run is the smoke config shrunk further (2 prompts x 2 samples, 8 new
+tokens), so an iteration takes about a second. Runs happen in this process
+through `train.main` (the tokenizer loads once), except the two-process
+run, which needs torchrun; subprocesses read the tokenizer from a folder
+saved once, because building it from the GGUF file takes seconds.
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import train
+from r1.config import load_config
+from r1.tokenizer import load_tokenizer
+from r1.trainer import Trainer
+from r1.trajectory import load as load_trajs
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SMOKE = os.path.join(ROOT, "configs", "smoke.yaml")
+TINY = ["rollout.prompts=2", "rollout.n=2", "rollout.max_new_tokens=8", "data.train_size=16", "data.test_size=4"]
+# the metrics DESIGN.md and docs/algorithms.md promise in every iteration's line
+METRIC_KEYS = ["reward_mean", "reward_std", "accuracy", "mean_response_len", "mean_turns", "mean_tool_calls",
+               "malformed_rate", "entropy", "kl_ref", "clip_frac", "approx_kl", "value_loss", "explained_variance",
+               "grad_norm", "lr", "logprob_gap_mean", "logprob_gap_max", "rollout_tok_s", "train_tok_s"]
+TIMING = ("time_", "peak_mem")
+
+
+@pytest.fixture(scope="module")
+def tok_dir(tmp_path_factory):
+    """The smoke tokenizer saved as an HF folder: subprocesses load it in a second instead of parsing the GGUF."""
+    d = tmp_path_factory.mktemp("tok")
+    load_tokenizer("smollm2-135m-instruct").hf.save_pretrained(str(d))
+    return str(d)
+
+
+def read_metrics(run_dir):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def comparable(line):
+    """A metrics line without wall-clock quantities (times and throughputs)."""
+    return {k: v for k, v in line.items() if not k.startswith(TIMING) and not k.endswith("_tok_s")}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_smoke_run_folder_and_hf_export(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from transformers import AutoModelForCausalLM
+
+    run = str(tmp_path / "run")
+    cfg = load_config(SMOKE, [f"run.dir={run}", *TINY])
+    trainer = Trainer(cfg)
+    trainer.fit()
+    for name in ("config.yaml", "metrics.jsonl", "tb", "checkpoints", "trajectories", "hf"):
+        assert os.path.exists(os.path.join(run, name)), name
+    assert load_config(os.path.join(run, "config.yaml")) == cfg  # the resolved config round-trips
+    lines = read_metrics(run)
+    assert [m["iter"] for m in lines] == [1, 2]
+    for m in lines:
+        missing = [k for k in METRIC_KEYS if not isinstance(m.get(k), float)]
+        assert not missing, f"metrics.jsonl lacks {missing}"
+        assert m["grad_norm"] > 0 and m["lr"] == cfg.train.lr and m["skipped_updates"] == 0
+        assert m["logprob_gap_max"] < 1e-4  # the sampler and trainer run the same float32 model
+    ea = EventAccumulator(os.path.join(run, "tb"))
+    ea.Reload()
+    events = ea.Scalars("grad_norm")
+    assert [e.step for e in events] == [1, 2]
+    assert [e.value for e in events] == pytest.approx([m["grad_norm"] for m in lines], rel=1e-6)
+    assert sorted(os.listdir(os.path.join(run, "trajectories"))) == ["iter_000001.jsonl.gz", "iter_000002.jsonl.gz"]
+    assert open(os.path.join(run, "checkpoints", "latest")).read().strip() == "iter_000002"
+
+    hf = AutoModelForCausalLM.from_pretrained(os.path.join(run, "hf"), dtype=torch.float32).eval()
+    ids = torch.randint(0, trainer.model_cfg.vocab_size, (2, 11), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ours, theirs = trainer.policy(ids), hf(ids).logits
+    assert ours.shape == theirs.shape
+    assert (ours - theirs).abs().max() < 1e-4
+
+
+def test_resume_reproduces_uninterrupted_run(tmp_path):
+    straight, split = str(tmp_path / "straight"), str(tmp_path / "split")
+    # one-step episodes: when an env step ends mid-decode, which rows share a sampling step depends on
+    # thread timing (docs/RELIABILITY.md, known); the sampling seeds themselves are per iteration
+    base = ["--config", SMOKE, *TINY, "log.tensorboard=false", "env.max_steps=1"]
+    train.main(base + [f"run.dir={straight}", "train.steps=4"])
+    train.main(base + [f"run.dir={split}", "train.steps=2"])
+    assert [m["iter"] for m in read_metrics(split)] == [1, 2]
+    train.main(base + [f"run.dir={split}", "train.steps=4", "run.resume=true"])
+    a, b = read_metrics(straight), read_metrics(split)
+    assert [m["iter"] for m in b] == [1, 2, 3, 4]
+    assert [comparable(m) for m in a] == [comparable(m) for m in b]
+    wa = load_file(os.path.join(straight, "hf", "model.safetensors"))
+    wb = load_file(os.path.join(split, "hf", "model.safetensors"))
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        assert torch.equal(wa[k], wb[k]), k
+    # the trajectories of the resumed iterations are the uninterrupted run's, token for token
+    for it in (3, 4):
+        name = os.path.join("trajectories", f"iter_{it:06d}.jsonl.gz")
+        ta, tb = load_trajs(os.path.join(straight, name)), load_trajs(os.path.join(split, name))
+        assert [[(s.prompt_ids, s.response_ids, s.logprobs) for s in t.steps] for t in ta] == \
+               [[(s.prompt_ids, s.response_ids, s.logprobs) for s in t.steps] for t in tb]
+
+
+def test_existing_run_dir_is_refused_untouched(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"iter": 1}\n')
+    (run / "notes.txt").write_text("mine")
+    before = {p: (os.stat(run / p).st_mtime_ns, (run / p).read_bytes()) for p in os.listdir(run)}
+    with pytest.raises(SystemExit) as e:
+        train.main(["--config", SMOKE, *TINY, f"run.dir={run}"])
+    msg = e.value.code
+    assert isinstance(msg, str) and msg.startswith("error:") and "\n" not in msg  # a str code exits with status 1
+    assert str(run) in msg and "run.resume=true" in msg
+    after = {p: (os.stat(run / p).st_mtime_ns, (run / p).read_bytes()) for p in os.listdir(run)}
+    assert after == before
+
+
+def test_two_processes_match_one(tmp_path, tok_dir):
+    """torchrun with 2 CPU ranks (gloo, FSDP2) vs 1 process on the same global batch.
+
+    Greedy sampling makes each trajectory a function of its prompt only, so
+    dealing prompts to ranks does not change the batch. 3 prompts over 2
+    ranks and one packed sequence per micro-batch give the ranks different
+    micro-batch counts (2 + 1 prompts), which FSDP must survive (fillers).
+    Losses and gradient norms are scale-sensitive, unlike Adam's first
+    step, so they catch a gradient that is summed instead of averaged.
+    """
+    common = ["--config", SMOKE, f"model.tokenizer={tok_dir}", "rollout.prompts=3", "rollout.n=2",
+              "rollout.max_new_tokens=8", "data.train_size=16", "rollout.temperature=0", "train.steps=2",
+              "algo.minibatches=1", "train.micro_tokens=1", "log.tensorboard=false", "log.trajectories=false"]
+    one, two = str(tmp_path / "one"), str(tmp_path / "two")
+    env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
+           os.path.join(ROOT, "train.py"), *common, f"run.dir={two}"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    train.main(common + [f"run.dir={one}"])  # overlaps with the torchrun start-up
+    out, _ = proc.communicate(timeout=240)
+    assert proc.returncode == 0, out[-3000:]
+    a, b = read_metrics(one), read_metrics(two)
+    assert len(a) == len(b) == 2
+    for ma, mb in zip(a, b):
+        assert ma["n"] == mb["n"] == 6 and ma["mean_response_len"] == mb["mean_response_len"]
+        # greedy rollouts record log_softmax(logits); the trainer scores T=0 as T=1, the same numbers
+        assert ma["logprob_gap_max"] < 1e-4 and mb["logprob_gap_max"] < 1e-4
+        for k in ("pg_loss", "value_loss", "grad_norm", "critic_grad_norm", "entropy", "reward_mean"):
+            assert mb[k] == pytest.approx(ma[k], rel=1e-4, abs=1e-6), k
+    wa = load_file(os.path.join(one, "hf", "model.safetensors"))
+    wb = load_file(os.path.join(two, "hf", "model.safetensors"))
+    for k in wa:
+        assert (wa[k] - wb[k]).abs().max() < 1e-5, k

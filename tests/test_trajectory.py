@@ -1,0 +1,143 @@
+"""The trajectory store: exact save/load, the prompt delta encoding, and the `show` CLI.
+
+Round trips compare whole dataclasses (ids, float logprobs bit for bit,
+rewards, info, masks); the delta encoding is checked on append, window-like,
+truncated and unrelated prompts; `show` runs as a subprocess on a run folder
+whose config names the real SmolLM2 tokenizer.
+"""
+import json
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+
+from r1.tokenizer import load_tokenizer
+from r1.trajectory import Step, Trajectory, from_record, iter_path, load, render, save, to_record
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_tokenizer("smollm2-135m-instruct")
+
+
+def rand_ids(rng, n):
+    return [rng.randrange(49152) for _ in range(n)]
+
+
+def step(rng, prompt, n=5, **kw):
+    return Step(prompt, rand_ids(rng, n), [-rng.random() * 10 for _ in range(n)], reward=rng.uniform(-1, 1), **kw)
+
+
+def append_traj(rng, uid="0-0", turns=4):
+    t = Trajectory(uid, 0, "s0", termination="answered", meta={"answer": "27", "level": 2})
+    prompt = rand_ids(rng, 12)
+    for i in range(turns):
+        s = step(rng, prompt, info={"tool_calls": 1, "errors": ["bad_json"] * i, "final": i == turns - 1})
+        t.steps.append(s)
+        prompt = s.prompt_ids + s.response_ids + rand_ids(rng, 3)
+    t.steps[-1].done = True
+    return t
+
+
+def rewritten_traj(rng):
+    """Prompts that do not extend the previous step: a window, a truncation, an unrelated prompt, a prefix."""
+    first = rand_ids(rng, 10)
+    a = step(rng, first + rand_ids(rng, 4))
+    b = step(rng, first + a.response_ids[2:] + rand_ids(rng, 2), response_mask=[1, 0, 1, 1, 0], finish="length")
+    c = step(rng, rand_ids(rng, 7), policy_version=3)
+    d = step(rng, c.prompt_ids[:4], n=0)  # shorter than the previous prompt: all kept, nothing new
+    e = step(rng, [], n=2)
+    return Trajectory("1-0", 1, "s1", [a, b, c, d, e], "context_budget", {"answer": None})
+
+
+def test_round_trip_is_exact(tmp_path):
+    rng = random.Random(0)
+    trajs = [append_traj(rng), rewritten_traj(rng), Trajectory("2-0", 2, "s2", [], "context_budget", {}),
+             append_traj(rng, uid="3-1", turns=1)]
+    trajs[0].steps[1].logprobs[0] = float("-inf")  # a sampler can report it; JSON must carry it
+    path = iter_path(str(tmp_path), 7)
+    save(trajs, path)
+    assert os.path.basename(path) == "iter_000007.jsonl.gz" and os.listdir(os.path.dirname(path)) == [
+        "iter_000007.jsonl.gz"]  # the temp file was renamed away
+    back = load(path)
+    assert back == trajs  # dataclass equality: every id, float, flag, mask and info entry
+    assert [s.logprobs for t in back for s in t.steps] == [s.logprobs for t in trajs for s in t.steps]
+    assert back[1].steps[1].mask == [1, 0, 1, 1, 0] and back[0].steps[0].mask == [1] * 5
+
+
+def test_delta_encoding_stores_append_prompts_once(tmp_path):
+    rng = random.Random(1)
+    t = append_traj(rng, turns=6)
+    record = to_record(t)
+    prev = []
+    for s, d in zip(t.steps, record["steps"]):
+        assert d["prompt_keep"] == len(prev) and d["prompt_new"] == s.prompt_ids[len(prev):]
+        prev = s.prompt_ids + s.response_ids
+    stored = sum(len(d["prompt_new"]) for d in record["steps"])
+    assert stored == 12 + 3 * 5 and sum(len(s.prompt_ids) for s in t.steps) > 4 * stored
+    assert record["num_steps"] == 6 and record["num_tool_calls"] == 6 and record["total_reward"] == t.total_reward
+    assert from_record(json.loads(json.dumps(record))) == t
+
+
+def test_delta_encoding_handles_rewritten_prompts():
+    t = rewritten_traj(random.Random(2))
+    record = to_record(t)
+    keeps = [d["prompt_keep"] for d in record["steps"]]
+    assert keeps == [0, 10, 0, 4, 0]
+    assert record["steps"][3]["prompt_new"] == [] and not t.is_append_only()
+    assert from_record(json.loads(json.dumps(record))) == t
+
+
+def test_load_errors_name_the_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="iter_000001"):
+        load(iter_path(str(tmp_path), 1))
+
+
+def show(*args):
+    return subprocess.run([sys.executable, "-m", "r1.trajectory", "show", *map(str, args)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_show_cli_prints_turns_rewards_and_masks(tmp_path, tok):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("model:\n  tokenizer: smollm2-135m-instruct\n  path: null\n")
+    prompt = tok.render([{"role": "user", "content": "What is 48/2?"}])
+    r1 = tok.encode('<tool_call>{"name": "calculator", "arguments": {"expression": "48/2"}}</tool_call>') + [2]
+    obs = tok.close_turn_ids(r1) + tok.render_next([{"role": "tool", "content": "24"}])
+    r2 = tok.encode("#### 24") + [2]
+    steps = [Step(prompt, r1, [-0.5] * len(r1), -0.25, info={"tool_calls": 1, "errors": []}),
+             Step(prompt + r1 + obs, r2, [-0.1] * len(r2), 1.0, True, response_mask=[1] * (len(r2) - 1) + [0],
+                  info={"final": True})]
+    other = Trajectory("0-0", 0, "s0", [], "context_budget")
+    save([other, Trajectory("0-1", 0, "s0", steps, "answered")], iter_path(str(run), 3))
+
+    out = show(run, "--iter", 3, "--index", 1)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "trajectory 0-1" in text and "reward=0.75" in text and "termination=answered" in text
+    assert "--- step 0" in text and "--- step 1" in text and "could not load" not in text
+    assert "What is 48/2?" in text and '"expression": "48/2"' in text and "<tool_response>\n24" in text
+    assert f"response {len(r2)} tokens (mask {len(r2) - 1}/{len(r2)})" in text and "reward -0.25" in text
+    assert f"({len(obs)} new, mask 0)" in text  # step 1 shows only the observation as new prompt
+
+    ids = show(run, "--iter", 3, "--index", 1, "--ids")
+    assert ids.returncode == 0 and " ".join(map(str, r2)) in ids.stdout
+
+    for bad in ("2", "-1"):
+        out = show(run, "--iter", 3, "--index", bad, "--ids")
+        assert out.returncode != 0 and "out of range" in out.stderr and "has 2 trajectories" in out.stderr
+        assert "Traceback" not in out.stderr
+    out = show(run, "--iter", 4, "--ids")
+    assert out.returncode != 0 and "iter_000004" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_render_counts_new_prompt_tokens_for_rewritten_prompts():
+    t = rewritten_traj(random.Random(3))
+    text = render(t)
+    assert "--- step 1: prompt 15 tokens (15 new, mask 0), response 5 tokens (mask 3/5)" in text
+    assert "step 3: prompt 4 tokens (4 new" in text  # not a prefix-extension: shown whole
