@@ -30,10 +30,17 @@ sampling-side choice that the ratio's importance weight does not model
 (see docs/algorithms.md, truncated importance sampling). Greedy (T = 0)
 records log softmax(logits)[y].
 
+Seeding. Sampling noise is counter-based (`row_noise`): a pure function of
+(Sampling.seed, the request key, the token position, the token id). A
+request's tokens therefore do not depend on which other rows share its
+decode steps, on slot count or on scheduling: a seeded rollout replays
+exactly, and the same key samples the same tokens on 1 or 8 GPUs.
+
 CUDA graphs: on CUDA with `cuda_graphs=True`, the decode forward for each
 batch-size bucket is captured once and replayed (padding rows go to the
 scratch slot).
 """
+import hashlib
 from dataclasses import dataclass, field
 
 import torch
@@ -71,10 +78,43 @@ class _Row:
     logprobs: list = field(default_factory=list)
     pos: int = 0  # position of the next token to feed = tokens whose KV is in the cache
     checked: int = 0  # tokens already scanned for stops
+    seed: int = 0  # keys this row's sampling noise (with the token position)
 
 
-def sample(logits, s: Sampling, generator=None):
-    """logits [B, V] fp32 -> (tokens [B], logprobs [B]) with the logprob rule above."""
+def _mix(x):
+    """splitmix64 finaliser on int64 tensors (wrapping arithmetic, logical shifts)."""
+    m = (1 << 64) - 1
+    def shr(v, k):
+        return (v >> k) & ((1 << (64 - k)) - 1)
+    x = x * _signed(0xBF58476D1CE4E5B9 & m)
+    x = x ^ shr(x, 27)
+    x = x * _signed(0x94D049BB133111EB)
+    return x ^ shr(x, 31)
+
+
+def _signed(c: int) -> int:
+    return c - (1 << 64) if c >= 1 << 63 else c
+
+
+def row_noise(seeds, positions, vocab: int):
+    """Exponential(1) noise [B, V] that is a pure function of (row seed, position, token id).
+
+    Counter-based, like Philox: a row's sample never depends on which other
+    rows share the batch or on scheduling, so a seeded rollout replays exactly.
+    """
+    h = _mix(seeds * _signed(0x9E3779B97F4A7C15) + positions * 0x632BE59BD9B4E019 % (1 << 62))  # [B]
+    v = torch.arange(vocab, device=seeds.device, dtype=torch.int64)
+    x = _mix(h[:, None] + v[None, :] * _signed(0xD1B54A32D192ED03))
+    u = ((x >> 40) & 0xFFFFFF).to(torch.float32).add_(0.5).mul_(1.0 / (1 << 24))  # (0, 1)
+    return -torch.log(u)
+
+
+def sample(logits, s: Sampling, seeds=None, positions=None):
+    """logits [B, V] fp32 -> (tokens [B], logprobs [B]) with the logprob rule above.
+
+    seeds [B], positions [B] (int64) key the sampling noise per row and token
+    position (see row_noise); without them, noise comes from torch's RNG.
+    """
     if s.temperature <= 0:
         tok = logits.argmax(-1)
         return tok, torch.log_softmax(logits, -1).gather(-1, tok[:, None])[:, 0]
@@ -90,7 +130,10 @@ def sample(logits, s: Sampling, generator=None):
         drop = cum - torch.softmax(sorted_z, -1) > s.top_p  # keep the token that crosses p
         filt = filt.scatter(-1, idx, sorted_z.masked_fill(drop, float("-inf")))
     # Exponential race = categorical sample, with no host sync (gpt-fast's trick).
-    q = torch.empty_like(filt).exponential_(1, generator=generator)
+    if seeds is not None:
+        q = row_noise(seeds, positions, filt.shape[-1])
+    else:
+        q = torch.empty_like(filt).exponential_(1)
     tok = (torch.softmax(filt, -1) / q).argmax(-1)
     return tok, logp.gather(-1, tok[:, None])[:, 0]
 
@@ -115,7 +158,6 @@ class Generator:
         self.sampling = sampling or Sampling()
         self.sync_every = sync_every or (16 if self.device.type == "cuda" else 1)
         self.prefill_tokens = prefill_tokens
-        self.generator = torch.Generator(device=self.device).manual_seed(self.sampling.seed)
         self.queue: list = []  # (key, prompt, max_new)
         self.running: dict = {}  # slot -> _Row
         self.owner: dict = {}  # key -> slot
@@ -127,7 +169,6 @@ class Generator:
     # -- public API --------------------------------------------------------
     def set_sampling(self, s: Sampling):
         self.sampling = s
-        self.generator.manual_seed(s.seed)
 
     def submit(self, key, prompt_ids, max_new_tokens: int):
         """Queue a request; `key` keeps its slot (and cache) until release(key)."""
@@ -195,7 +236,7 @@ class Generator:
                 self.owner[key] = slot
             cached = self.cached.get(slot, [])
             keep = len(cached) if prompt[: len(cached)] == cached and len(cached) < len(prompt) else 0
-            row = _Row(key, slot, prompt, min(max_new, self.max_len - len(prompt)), pos=keep)
+            row = _Row(key, slot, prompt, min(max_new, self.max_len - len(prompt)), pos=keep, seed=self._row_seed(key))
             starts.append(row)
         self.queue = waiting
         if not starts:
@@ -221,13 +262,20 @@ class Generator:
                 else:
                     todo[id(r)] = done + take
         logits = self.model.head(torch.stack([last_hidden[id(r)] for r in starts])).float()
-        tok, lp = sample(logits, self.sampling, self.generator)
+        d = self.device
+        tok, lp = sample(logits, self.sampling, torch.tensor([r.seed for r in starts], device=d),
+                         torch.tensor([len(r.prompt) for r in starts], device=d))
         tok, lp = tok.tolist(), lp.tolist()
         for r, t, l in zip(starts, tok, lp):
             r.pos = len(r.prompt)
             r.tokens, r.logprobs = [t], [l]
             self.cached[r.slot] = list(r.prompt)
             self.running[r.slot] = r
+
+    def _row_seed(self, key) -> int:
+        """A stable 62-bit seed from the sampling seed and the request key (not Python's salted hash)."""
+        digest = hashlib.blake2b(f"{self.sampling.seed}:{key!r}".encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "little") >> 2
 
     def _forward_chunk(self, batch):
         """batch of (row, start, count): write prompt[start:start+count] into the cache -> hidden [N, H]."""
@@ -256,11 +304,12 @@ class Generator:
         slots = torch.tensor([r.slot for r in rows] + [self.scratch] * pad, device=d)
         pos = torch.tensor([r.pos for r in rows] + [0] * pad, device=d)
         tok = torch.tensor([r.tokens[-1] for r in rows] + [0] * pad, device=d)
+        seeds = torch.tensor([r.seed for r in rows] + [0] * pad, device=d)
         out_tok = torch.empty(n, Bp, dtype=torch.long, device=d)
         out_lp = torch.empty(n, Bp, dtype=torch.float32, device=d)
         for i in range(n):
             logits = self._decode_logits(tok, pos, slots)
-            tok, lp = sample(logits, self.sampling, self.generator)
+            tok, lp = sample(logits, self.sampling, seeds, pos + 1)
             out_tok[i], out_lp[i] = tok, lp
             pos = pos + 1
         out_tok, out_lp = out_tok[:, :B].T.tolist(), out_lp[:, :B].T.tolist()  # the one sync

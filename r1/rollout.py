@@ -10,10 +10,10 @@ decode path, so decoding continues while tools work.
 
 `run(samples, n)` plays n episodes per sample (a group, for GRPO/RLOO) and
 returns trajectories ordered by (sample, index), whatever order they ended
-in. Greedy results depend only on the samples, not on scheduling (tests run
-slots=1 against slots=5). Sampled results are not reproducible run to run:
-rows draw from one RNG stream, and which rows share a decode step depends on
-when env steps finish in the thread pool.
+in. Results depend only on the samples, the sampling seed and the episode
+uids, not on scheduling: greedy trivially, and sampled because the
+generator's noise is keyed by (seed, uid, position) (r1/generate.py), so it
+does not matter which rows share a decode step or when a tool finishes.
 """
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 

@@ -175,3 +175,35 @@ def test_gpu_graph_decode_matches_eager():
     eager = Generator(model, 4, 64).generate(prompts, 16, Sampling(temperature=0))
     graphed = Generator(model, 4, 64, cuda_graphs=True).generate(prompts, 16, Sampling(temperature=0))
     assert [c.token_ids for c in eager] == [c.token_ids for c in graphed]
+
+
+def test_sampling_does_not_depend_on_batch_composition():
+    """Counter-based noise: each request's sample is a function of (seed, key, position), not of its neighbours."""
+    model = tiny()
+    prompts = {"a": [1, 2], "b": [3, 4, 5], "c": [6], "d": [7, 8, 9, 10]}
+
+    def run(keys, slots, seed=7):
+        gen = Generator(model, slots, 40, sampling=Sampling(temperature=1.0, seed=seed))
+        for k in keys:
+            gen.submit(k, prompts[k], 10)
+        out = {}
+        while gen.busy():
+            for c in gen.step():
+                out[c.key] = c.token_ids
+                gen.release(c.key)  # a finished key frees its slot for the next one
+        return out
+
+    together = run("abcd", 4)
+    for k in "abcd":
+        assert run(k, 1)[k] == together[k]
+    assert run("dcba", 2) == together
+    assert run("abcd", 4, seed=8) != together
+
+
+def test_row_noise_is_exponential():
+    from r1.generate import row_noise
+
+    q = row_noise(torch.arange(64), torch.full((64,), 5), 4096)
+    assert q.shape == (64, 4096) and (q > 0).all()
+    assert abs(q.mean().item() - 1.0) < 0.02 and abs(q.var().item() - 1.0) < 0.05
+    assert not torch.equal(q, row_noise(torch.arange(64), torch.full((64,), 6), 4096))

@@ -127,6 +127,16 @@ def test_many_uneven_episodes_finish_in_order_and_batching_does_not_change_greed
             assert s.logprobs == pytest.approx(r.logprobs, abs=1e-5)
 
 
+def test_sampled_rollouts_do_not_depend_on_batching(tok, model):
+    """Temperature 1: the same seed gives the same trajectories with 1, 3 or 5 slots (noise keyed by uid)."""
+    data = samples([2, 3, 1, 2])
+    ids = lambda ts: [[(s.prompt_ids, s.response_ids) for s in t.steps] for t in ts]  # noqa: E731
+    runs = [ids(run_loop(tok, model, data, slots=k, n=2, temperature=1.0)[0]) for k in (1, 3, 5)]
+    assert runs[0] == runs[1] == runs[2]
+    a, b = runs[0][0], runs[0][1]  # two samples of one prompt differ (different uids)
+    assert a != b
+
+
 def test_context_budget_ends_episodes_cleanly(tok, model):
     data = samples([2, 50, 2])
     data[0]["question"] = "apples " * 3000  # the first prompt alone is over the budget
