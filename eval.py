@@ -17,7 +17,7 @@ from r1.config import ConfigError, load_config
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", help="YAML config file")
+    p.add_argument("--config", action="append", help="YAML config file; repeat to layer files (e.g. a base config, then an ablation)")
     p.add_argument("overrides", nargs="*")
     a = p.parse_args(argv)
     try:

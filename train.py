@@ -11,7 +11,7 @@ from r1.config import ConfigError, describe, dump, load_config
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", help="YAML config file")
+    p.add_argument("--config", action="append", help="YAML config file; repeat to layer files (e.g. a base config, then an ablation)")
     p.add_argument("--keys", action="store_true", help="list every config key with its default and meaning")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. train.steps=4 algo.advantage=grpo")
     a = p.parse_args(argv)

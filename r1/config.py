@@ -455,10 +455,11 @@ def _parse_override(text: str) -> tuple[str, str]:
     return key.strip(), raw
 
 
-def load_config(path: str | None = None, overrides: list[str] = ()) -> Config:
-    """Defaults <- YAML file <- key=value overrides, each checked, then validate()."""
+def load_config(path: str | list | None = None, overrides: list[str] = ()) -> Config:
+    """Defaults <- YAML file(s), later files winning (a base config, then an ablation) <- key=value overrides,
+    each checked, then validate()."""
     cfg, origin = Config(), {}
-    if path:
+    for path in ([path] if isinstance(path, str) else list(path or [])):
         data, lines = read_yaml(path)
         for key, value, where in _flatten(data, path, lines):
             _set(cfg, key, value, where)

@@ -1,0 +1,59 @@
+"""Plot reward and held-out accuracy against iteration from one or more runs' metrics.jsonl.
+
+    python -m r1.plot runs/ppo runs/grpo --out docs/curves.png [--keys reward_mean,eval_accuracy]
+
+One panel per key, one line per run (labelled by folder name). Reads only
+metrics.jsonl, so it works on a run that is still going or was copied off
+the GPU machine. matplotlib is imported lazily (a dev requirement).
+"""
+import argparse
+import json
+import os
+
+
+def read_metrics(run_dir: str) -> list:
+    path = os.path.join(run_dir, "metrics.jsonl") if os.path.isdir(run_dir) else run_dir
+    if not os.path.isfile(path):
+        raise SystemExit(f"error: no metrics.jsonl at {path}")
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def series(rows: list, key: str) -> tuple:
+    pts = [(r["iter"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+    return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def plot(runs: list, keys: list, out: str):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 3.6), squeeze=False)
+    for ax, key in zip(axes[0], keys):
+        for run in runs:
+            x, y = series(read_metrics(run), key)
+            if x:
+                ax.plot(x, y, marker="o", markersize=3, label=os.path.basename(os.path.normpath(run)))
+        ax.set_title(key)
+        ax.set_xlabel("iteration")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+    fig.savefig(out, dpi=120)
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m r1.plot", description=__doc__.splitlines()[0])
+    p.add_argument("runs", nargs="+", help="run folders (or metrics.jsonl files)")
+    p.add_argument("--out", required=True, help="PNG to write")
+    p.add_argument("--keys", default="reward_mean,eval_accuracy")
+    a = p.parse_args(argv)
+    print(plot(a.runs, a.keys.split(","), a.out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+"""Ablation files layer onto the base config and switch exactly what they say; the plot script draws runs."""
+import glob
+import json
+import os
+
+import pytest
+
+from r1.config import load_config, to_dict
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob("configs/ablations/*.yaml")))
+def test_ablation_changes_only_its_keys(path):
+    import yaml
+
+    base = to_dict(load_config("configs/gsm8k_tool.yaml"))
+    layered = to_dict(load_config(["configs/gsm8k_tool.yaml", path]))
+    with open(path) as f:
+        wanted = {(s, k) for s, keys in yaml.safe_load(f).items() for k in keys}
+    changed = {(s, k) for s in base for k in base[s] if base[s][k] != layered[s][k]}
+    assert changed and changed <= wanted
+
+
+def test_plot_writes_a_png(tmp_path):
+    from r1.plot import plot
+
+    for name, rewards in (("ppo", [0.1, 0.2, 0.4]), ("grpo", [0.1, 0.15, 0.3])):
+        os.makedirs(tmp_path / name)
+        with open(tmp_path / name / "metrics.jsonl", "w") as f:
+            for i, r in enumerate(rewards, 1):
+                f.write(json.dumps({"iter": i, "reward_mean": r, **({"eval_accuracy": r / 2} if i % 2 else {})}) + "\n")
+    out = plot([str(tmp_path / "ppo"), str(tmp_path / "grpo")], ["reward_mean", "eval_accuracy"], str(tmp_path / "c.png"))
+    with open(out, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
