@@ -10,7 +10,7 @@ C="--config configs/gsm8k_tool.yaml data.path=$DATA"
 ev() { timeout ${3:-150} python3 eval.py $C model.path=$1 eval.limit=$LIMIT eval.out=$R/eval-$2 2>$O/eval-$2.err | tail -1 | tee $O/eval-$2.json; }
 ev $MODEL base
 timeout 200 python3 train.py $C model.path=$MODEL train.stage=sft run.dir=$R/sft train.steps=$SFT train.lr=5e-5 \
-  train.warmup=10 train.schedule=cosine data.train_size=4000 log.progress=false > $O/sft.log 2>&1; tail -3 $O/sft.log
+  train.warmup=10 train.schedule=cosine train.checkpoint_every=1000 data.train_size=4000 log.progress=false > $O/sft.log 2>&1; tail -3 $O/sft.log
 ev $R/sft/hf sft
 for A in step_gae grpo; do
   timeout 170 python3 train.py $C model.path=$R/sft/hf run.dir=$R/rl-$A algo.advantage=$A train.steps=$RL \
