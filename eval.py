@@ -12,7 +12,7 @@ import os
 import sys
 import time
 
-from r1.config import ConfigError, load_config
+from r1.config import USER_ERRORS, ConfigError, load_config
 
 
 def main(argv=None):
@@ -39,8 +39,13 @@ def main(argv=None):
     from r1.tasks.data import load_rows
     from r1.trainer import Trainer
 
-    trainer = Trainer(cfg)
-    res = evaluate(trainer, load_rows(cfg, cfg.eval.split), cfg, out_dir=out)
+    try:
+        trainer = Trainer(cfg)
+        rows = load_rows(cfg, cfg.eval.split)
+    except USER_ERRORS as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    res = evaluate(trainer, rows, cfg, out_dir=out)
     res["model"] = path
     res["task"] = cfg.data.task
     if trainer.d.main:

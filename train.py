@@ -6,7 +6,7 @@ expert trajectories (r1/sft.py), whose exported hf/ folder starts RL.
 import argparse
 import sys
 
-from r1.config import ConfigError, describe, dump, load_config
+from r1.config import USER_ERRORS, ConfigError, describe, dump, load_config
 
 
 def main(argv=None):
@@ -26,14 +26,19 @@ def main(argv=None):
 
     if int(os.environ.get("RANK", "0")) == 0:
         print(dump(cfg), flush=True)
-    if cfg.train.stage == "sft":
-        from r1.sft import run_sft
+    try:  # set-up errors (paths, models, tokenizer, data) are the user's: one line, exit 2
+        if cfg.train.stage == "sft":
+            from r1.sft import setup_sft, train_sft
 
-        run_sft(cfg)
-    else:
-        from r1.trainer import Trainer
+            job, run = setup_sft(cfg), train_sft
+        else:
+            from r1.trainer import Trainer
 
-        Trainer(cfg).fit()
+            job, run = Trainer(cfg), lambda t: t.fit()
+    except USER_ERRORS as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    run(job)  # a failure during training keeps its traceback
 
 
 if __name__ == "__main__":

@@ -34,6 +34,11 @@ import yaml
 class ConfigError(ValueError):
     """A one-line, user-facing configuration error."""
 
+
+# What a bad path, model, tokenizer or data file raises while a run is set up:
+# entry points turn these into one `error:` line (exit 2) instead of a traceback.
+USER_ERRORS = (ConfigError, FileNotFoundError, NotADirectoryError, IsADirectoryError, ValueError, KeyError)
+
 @dataclass
 class Run:
     dir: str = "runs/default"

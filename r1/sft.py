@@ -23,8 +23,7 @@ from r1 import checkpoint, distributed
 from r1.logger import Logger
 from r1.tasks import gsm8k, synthetic
 from r1.tasks.data import load_rows
-from r1.tokenizer import load_tokenizer
-from r1.trainer import build_model, lr_lambda, prepare_run_dir
+from r1.trainer import build_model, check_run_dir, create_run_dir, lr_lambda, run_tokenizer
 
 
 def expert_example(tok, messages, tools) -> tuple:
@@ -66,11 +65,15 @@ def expert_chats(cfg, rows) -> list:
 
 
 def run_sft(cfg):
+    train_sft(setup_sft(cfg))
+
+
+def setup_sft(cfg) -> dict:
+    """Everything that can fail on bad input (paths, model, tokenizer, data), before run.dir is created."""
     d = distributed.init(cfg.run.device)
-    prepare_run_dir(cfg, d)
-    distributed.barrier(d)
+    check_run_dir(cfg)
     torch.manual_seed(cfg.run.seed)
-    tok = load_tokenizer(cfg.model.tokenizer or (cfg.model.path if cfg.model.path != "tiny" else "smollm2-135m-instruct"))
+    tok = run_tokenizer(cfg)
     model = build_model(cfg.model.path, cfg, tok, d.device, seed=cfg.run.seed)
     mcfg = model.cfg
     model = distributed.parallelize(model, d, cfg.train.activation_checkpointing)
@@ -81,6 +84,14 @@ def run_sft(cfg):
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay, betas=(0.9, 0.95))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg, cfg.train.steps))
     models, optims, scheds = {"policy": model}, {"policy": opt}, {"policy": sched}
+    create_run_dir(cfg, d)
+    return dict(cfg=cfg, d=d, tok=tok, model=model, mcfg=mcfg, examples=examples, opt=opt, sched=sched,
+                models=models, optims=optims, scheds=scheds)
+
+
+def train_sft(s: dict):
+    cfg, d, tok, model, mcfg, examples = s["cfg"], s["d"], s["tok"], s["model"], s["mcfg"], s["examples"]
+    opt, sched, models, optims, scheds = s["opt"], s["sched"], s["models"], s["optims"], s["scheds"]
     start = 0
     if cfg.run.resume and checkpoint.latest(cfg.run.dir):
         start = int(checkpoint.load(checkpoint.latest(cfg.run.dir), models, optims, scheds, d)["iteration"])

@@ -66,23 +66,38 @@ def build_model(path: str, cfg: Config, tok, device, value_head=False, seed=0) -
     return Transformer.from_pretrained(path, dtype=torch.float32, device=device, value_head=value_head)
 
 
-def prepare_run_dir(cfg: Config, dist_info):
-    """Refuse to overwrite a run, then (rank 0) create the folder and save the resolved config.
-
-    Every rank checks before any rank writes (the barrier), so rank 1 never
-    sees the folder rank 0 has just created as someone else's run.
-    """
+def check_run_dir(cfg: Config):
+    """Refuse to overwrite a run. Every rank checks before any rank writes (see create_run_dir)."""
     d = cfg.run.dir
     if os.path.exists(d) and os.listdir(d) and not cfg.run.resume:
         raise SystemExit(f"error: run.dir {d} exists and is not empty; pass run.resume=true to continue it "
                          f"or choose another run.dir (nothing was overwritten)")
     if cfg.run.resume and not checkpoint.latest(d) and os.path.exists(os.path.join(d, "metrics.jsonl")):
         raise SystemExit(f"error: run.resume=true but {d} has no complete checkpoint to resume from")
+
+
+def create_run_dir(cfg: Config, dist_info):
+    """(rank 0) create the folder and save the resolved config, once everything has loaded.
+
+    Called after the models, tokenizer and data loaded, so a run that fails to
+    start leaves nothing behind and the corrected command can reuse run.dir.
+    The barrier keeps rank 1 from seeing rank 0's fresh folder as another run.
+    """
     distributed.barrier(dist_info)
     if dist_info.main:
-        os.makedirs(os.path.join(d, "checkpoints"), exist_ok=True)
-        os.makedirs(os.path.join(d, "trajectories"), exist_ok=True)
-        save_config(cfg, os.path.join(d, "config.yaml"))
+        os.makedirs(os.path.join(cfg.run.dir, "checkpoints"), exist_ok=True)
+        os.makedirs(os.path.join(cfg.run.dir, "trajectories"), exist_ok=True)
+        save_config(cfg, os.path.join(cfg.run.dir, "config.yaml"))
+    distributed.barrier(dist_info)
+
+
+def run_tokenizer(cfg: Config):
+    """The run's tokenizer (model.tokenizer, else model.path; the tiny model borrows SmolLM2's)."""
+    src = cfg.model.tokenizer or (cfg.model.path if cfg.model.path != "tiny" else "smollm2-135m-instruct")
+    tok = load_tokenizer(src)
+    if tok.hf.chat_template is None:
+        raise ValueError(f"tokenizer {src} has no chat template; set model.tokenizer to one that has")
+    return tok
 
 
 def lr_lambda(cfg: Config, total: int):
@@ -102,12 +117,10 @@ class Trainer:
         self.d = distributed.init(cfg.run.device)
         self.device = self.d.device
         self.dtype = resolve_dtype(cfg, self.device)
-        prepare_run_dir(cfg, self.d)
-        distributed.barrier(self.d)
+        check_run_dir(cfg)
         torch.manual_seed(cfg.run.seed)
         a = cfg.algo
-        self.tok = load_tokenizer(cfg.model.tokenizer or (cfg.model.path if cfg.model.path != "tiny" else None)
-                                  or "smollm2-135m-instruct")
+        self.tok = run_tokenizer(cfg)
         self.policy = build_model(cfg.model.path, cfg, self.tok, self.device, seed=cfg.run.seed)
         self.model_cfg = self.policy.cfg
         self.need_critic = a.advantage in ("step_gae", "token_gae")
@@ -149,6 +162,7 @@ class Trainer:
             self.models["critic"], self.optims["critic"], self.scheds["critic"] = self.critic, self.copt, self.csched
         self.train_rows = load_rows(cfg, "train")
         self.eval_rows = load_rows(cfg, cfg.eval.split) if cfg.eval.every else []
+        create_run_dir(cfg, self.d)
         cache_len = cfg.rollout.cache_len or cfg.env.max_context
         self.gen = Generator(self.rollout_model, cfg.rollout.slots, cache_len, stop_ids=self.tok.stop_ids,
                              cuda_graphs=False)  # graph replay hits an index assert on the H200: docs/LOG.md

@@ -7,8 +7,7 @@ two tests read the outcome:
   * nothing on disk is touched: every input file keeps its bytes and mtime, an existing run
     folder is left exactly as it was, and a failed start leaves no half-made run folder behind
     (which would make the corrected command fail with "run.dir exists").
-Cases whose fix lies outside r1/config.py are marked xfail(strict=True) with the reason; when
-the fix lands they XPASS, which fails the suite until the mark is removed.
+The params() hook can mark a case xfail(strict=True) while its fix is pending; none is now.
 
 Speed: config errors exit before torch is imported (~0.2 s); the others use a byte-level
 tokenizer built here (no download, loads in milliseconds) and the tiny random model, so they
@@ -109,19 +108,8 @@ CASES = {
                                         f"eval.out={r}/existing_eval"], ["eval.out", "{r}/existing_eval"]),
 }
 
-# A traceback instead of `error: ...`: the fix belongs in train.py / eval.py (see docs/RELIABILITY.md).
-TRACEBACK = ("train.py/eval.py turn a FileNotFoundError/ValueError from loading into a traceback, "
-             "not a one-line 'error: ...'")
-# prepare_run_dir writes run.dir/config.yaml before the tokenizer, model and data are loaded.
-LEFTOVER = "r1/trainer.py creates run.dir and its config.yaml before loading inputs; a failed start leaves it"
-# The missing chat template surfaces only at the first rollout, after run.dir is made.
-LATE = "the missing chat template is found at the first rollout, not when the tokenizer is loaded"
-ERROR_XFAIL = {"missing_model": TRACEBACK, "unknown_architecture": TRACEBACK, "gsm8k_missing_field": TRACEBACK,
-               "gsm8k_unparsable_answer": TRACEBACK, "no_chat_template": TRACEBACK + "; " + LATE,
-               "eval_missing_model": TRACEBACK}
-DISK_XFAIL = {"missing_model": LEFTOVER, "unknown_architecture": LEFTOVER, "gsm8k_missing_field": LEFTOVER,
-              "gsm8k_unparsable_answer": LEFTOVER, "no_chat_template": LEFTOVER + "; " + LATE,
-              "eval_missing_model": LEFTOVER}
+ERROR_XFAIL = {}  # every case gets its one-line error (train.py / eval.py USER_ERRORS handler)
+DISK_XFAIL = {}  # run.dir is created only after models, tokenizer and data loaded
 
 
 def params(xfails):
