@@ -49,12 +49,13 @@ def evaluate(trainer, rows, cfg, out_dir=None) -> dict:
     trainer.sync_rollout_weights()
     trainer.rollout_model.eval()
     trainer.gen.set_sampling(Sampling(temperature=0.0, seed=cfg.run.seed))
-    greedy = trainer.loop.run(mine, 1, uid_prefix=f"eval-{d.rank}-")
+    groups = range(d.rank, len(rows), d.world)  # global row indices: results independent of the rank split
+    greedy = trainer.loop.run(mine, 1, uid_prefix="eval-", groups=groups)
     stats = [s for part in distributed.gather_objects([_traj_stats(t) for t in greedy], d) for s in part]
     res = summarize(stats)
     if e.n > 1:
         trainer.gen.set_sampling(Sampling(temperature=e.temperature, seed=cfg.run.seed + 1))
-        sampled = trainer.loop.run(mine, e.n, uid_prefix=f"evalk-{d.rank}-")
+        sampled = trainer.loop.run(mine, e.n, uid_prefix="evalk-", groups=groups)
         correct = {}
         for t in sampled:
             correct[t.group] = correct.get(t.group, 0) + _traj_stats(t)["correct"]

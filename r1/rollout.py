@@ -27,8 +27,12 @@ class AgentEnvLoop:
         self.max_new_tokens = max_new_tokens
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="env")
 
-    def run(self, samples: list, n: int = 1, policy_version: int = 0, uid_prefix: str = "") -> list:
-        todo = [(g, i, s) for g, s in enumerate(samples) for i in range(n)]
+    def run(self, samples: list, n: int = 1, policy_version: int = 0, uid_prefix: str = "", groups=None) -> list:
+        """Play n episodes per sample. `groups` numbers the samples (default 0..len-1); a
+        trainer passes global prompt indices so uids, and with them the sampling noise,
+        do not depend on how prompts were dealt to ranks."""
+        groups = list(range(len(samples))) if groups is None else list(groups)
+        todo = [(groups[k], i, s) for k, s in enumerate(samples) for i in range(n)]
         todo.reverse()  # pop() from the end keeps sample order
         live, done, futures = {}, [], {}
         while todo or live:

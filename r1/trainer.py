@@ -19,6 +19,7 @@ One iteration:
 Prompts are dealt to ranks whole: the n samples of a prompt (a group) are
 generated and scored on one rank.
 """
+import functools
 import math
 import os
 import random
@@ -180,10 +181,14 @@ class Trainer:
         idx = []
         for k in range(it * P, (it + 1) * P):
             epoch, j = divmod(k, len(rows))
-            perm = list(range(len(rows)))
-            random.Random(f"{self.cfg.run.seed}:{epoch}").shuffle(perm)
-            idx.append(perm[j])
+            idx.append(self._epoch_order(epoch)[j])
         return [rows[i] for i in idx[self.d.rank::self.d.world]]
+
+    @functools.lru_cache(maxsize=2)
+    def _epoch_order(self, epoch: int) -> list:
+        perm = list(range(len(self.train_rows)))
+        random.Random(f"{self.cfg.run.seed}:{epoch}").shuffle(perm)
+        return perm
 
     def sync_rollout_weights(self):
         if self.shared_rollout:
@@ -197,9 +202,11 @@ class Trainer:
     def rollout(self, it: int):
         self.sync_rollout_weights()
         r = self.cfg.rollout
-        self.gen.set_sampling(Sampling(r.temperature, r.top_p, r.top_k, seed=hash((self.cfg.run.seed, it, self.d.rank)) % 2**31))
+        self.gen.set_sampling(Sampling(r.temperature, r.top_p, r.top_k, seed=hash((self.cfg.run.seed, it)) % 2**31))
         self.rollout_model.eval()
-        return self.loop.run(self.prompts_for(it), r.n, policy_version=it, uid_prefix=f"{it}-{self.d.rank}-")
+        mine = self.prompts_for(it)
+        groups = range(self.d.rank, self.cfg.rollout.prompts, self.d.world)  # global prompt indices of `mine`
+        return self.loop.run(mine, r.n, policy_version=it, uid_prefix=f"{it}-", groups=groups)
 
     def micro_batches(self, trajs):
         order = step_order(trajs)

@@ -131,15 +131,16 @@ def test_existing_run_dir_is_refused_untouched(tmp_path, capsys):
 def test_two_processes_match_one(tmp_path, tok_dir):
     """torchrun with 2 CPU ranks (gloo, FSDP2) vs 1 process on the same global batch.
 
-    Greedy sampling makes each trajectory a function of its prompt only, so
-    dealing prompts to ranks does not change the batch. 3 prompts over 2
+    Sampling at temperature 1: the generator's noise is keyed by (seed, uid,
+    position) and uids carry global prompt indices, so dealing prompts to
+    ranks does not change the batch. 3 prompts over 2
     ranks and one packed sequence per micro-batch give the ranks different
     micro-batch counts (2 + 1 prompts), which FSDP must survive (fillers).
     Losses and gradient norms are scale-sensitive, unlike Adam's first
     step, so they catch a gradient that is summed instead of averaged.
     """
     common = ["--config", SMOKE, f"model.tokenizer={tok_dir}", "rollout.prompts=3", "rollout.n=2",
-              "rollout.max_new_tokens=8", "data.train_size=16", "rollout.temperature=0", "train.steps=2",
+              "rollout.max_new_tokens=8", "data.train_size=16", "rollout.temperature=1.0", "train.steps=2",
               "algo.minibatches=1", "train.micro_tokens=1", "log.tensorboard=false", "log.trajectories=false"]
     one, two = str(tmp_path / "one"), str(tmp_path / "two")
     env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"}
@@ -153,7 +154,6 @@ def test_two_processes_match_one(tmp_path, tok_dir):
     assert len(a) == len(b) == 2
     for ma, mb in zip(a, b):
         assert ma["n"] == mb["n"] == 6 and ma["mean_response_len"] == mb["mean_response_len"]
-        # greedy rollouts record log_softmax(logits); the trainer scores T=0 as T=1, the same numbers
         assert ma["logprob_gap_max"] < 1e-4 and mb["logprob_gap_max"] < 1e-4
         for k in ("pg_loss", "value_loss", "grad_norm", "critic_grad_norm", "entropy", "reward_mean"):
             assert mb[k] == pytest.approx(ma[k], rel=1e-4, abs=1e-6), k
