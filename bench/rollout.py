@@ -62,7 +62,7 @@ def ours(cfg, batch, prompt_len, new, seed=0):
     with torch.device("cuda"):
         model = Transformer(cfg).to(torch.bfloat16).eval()
     prompts = torch.randint(100, cfg.vocab_size - 100, (batch, prompt_len)).tolist()
-    gen = Generator(model, slots=batch, max_len=prompt_len + new + 8, cuda_graphs=os.environ.get("R1_GRAPHS") == "1", sync_every=32)
+    gen = Generator(model, slots=batch, max_len=prompt_len + new + 8, cuda_graphs=os.environ.get("R1_GRAPHS", "1") == "1", sync_every=32)
     s = Sampling(temperature=1.0, seed=seed)
     gen.generate(prompts, 8, s)  # warm-up: prefill + graph capture
     torch.cuda.synchronize()

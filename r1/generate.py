@@ -361,7 +361,8 @@ class Generator:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             logits = run()
-        return {**bufs, "graph": graph, "logits": logits}
+        # ar and cu are read by the graph: keep them alive with it (freed, their memory is reused)
+        return {**bufs, "ar": ar, "cu": cu, "graph": graph, "logits": logits}
 
     def _collect(self, rows) -> list[Completion]:
         done = []

@@ -166,7 +166,7 @@ class Trainer:
         create_run_dir(cfg, self.d)
         cache_len = cfg.rollout.cache_len or cfg.env.max_context
         self.gen = Generator(self.rollout_model, cfg.rollout.slots, cache_len, stop_ids=self.tok.stop_ids,
-                             cuda_graphs=False)  # graph replay hits an index assert on the H200: docs/LOG.md
+                             cuda_graphs=self.device.type == "cuda")
         self.loop = AgentEnvLoop(self.gen, self.tok, make_env(cfg, self.tok), cfg.rollout.max_new_tokens)
         self.start = 0
         if cfg.run.resume and checkpoint.latest(cfg.run.dir):
