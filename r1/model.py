@@ -14,7 +14,7 @@ form returning [B, T, vocab] logits. Parameter names are Hugging Face's, so
 checkpoints load without a name map. With `value_head=True` the LM head is
 replaced by a scalar head (the critic).
 """
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn as nn

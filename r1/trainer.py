@@ -29,7 +29,7 @@ import warnings
 import torch
 
 from r1 import checkpoint, distributed
-from r1.algos.losses import aggregate, entropy_bonus, explained_variance, kl_penalty, ppo_policy_loss, value_loss
+from r1.algos.losses import aggregate, entropy_bonus, kl_penalty, ppo_policy_loss, value_loss
 from r1.config import Config, save as save_config
 from r1.credit import compute as compute_credit
 from r1.envs.tool_env import make_env
