@@ -60,3 +60,24 @@ def test_value_head_shape():
 def test_unsupported_arch():
     with pytest.raises(ValueError, match="unsupported architecture 'mistral'"):
         ModelConfig.from_hf({"model_type": "mistral"})
+
+
+def test_activation_checkpointing_keeps_values_and_gradients():
+    from r1.distributed import Dist, full_state_dict, parallelize
+
+    torch.manual_seed(0)
+    a = Transformer(tiny_config(tie=False))
+    b = Transformer(tiny_config(tie=False))
+    b.load_state_dict(a.state_dict())
+    b = parallelize(b, Dist(0, 1, 0, torch.device("cpu")), activation_checkpointing=True)
+    ids, pos, cu, mx = pack([[1, 2, 3, 4], [5, 6, 7]])
+    sel, tgt = torch.tensor([0, 1, 2, 4, 5]), torch.tensor([2, 3, 4, 6, 7])
+    for m in (a, b):
+        logp, ent = m(ids, pos, cu, mx, sel=sel, targets=tgt)
+        (logp.sum() + ent.sum()).backward()
+    ga = {k: p.grad for k, p in a.named_parameters()}
+    gb = {k.replace("_checkpoint_wrapped_module.", ""): p.grad for k, p in b.named_parameters()}
+    assert ga.keys() == gb.keys()
+    for k in ga:
+        assert (ga[k] - gb[k]).abs().max() < 1e-6, k
+    assert full_state_dict(b).keys() == a.state_dict().keys()
