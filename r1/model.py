@@ -176,7 +176,9 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(n, cfg.num_kv_heads, cfg.head_dim)
         if cfg.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        # Under autocast the projections are bf16 but RoPE tables follow the fp32 residual stream;
+        # bring q, k back to v's dtype so the attention kernel sees one dtype (flash needs bf16).
+        q, k = apply_rope(q, cos, sin).to(v.dtype), apply_rope(k, cos, sin).to(v.dtype)
         if cache_kv is None:
             cu, max_len = packed
             out = varlen_attention(q, k, v, cu, max_len)
@@ -324,7 +326,11 @@ class Transformer(nn.Module):
         if sel is not None:
             h = h[sel]
         if targets is not None:
-            return logprob_entropy(h, self.head_weight, targets, temperature=temperature)
+            w = self.head_weight
+            if torch.is_autocast_enabled(h.device.type):  # fp32 master weights: score in the autocast dtype,
+                dt = torch.get_autocast_dtype(h.device.type)  # forward and backward alike (as bench/train_step.py)
+                h, w = h.to(dt), w.to(dt)
+            return logprob_entropy(h, w, targets, temperature=temperature)
         return self.head(h)
 
 

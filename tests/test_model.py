@@ -81,3 +81,18 @@ def test_activation_checkpointing_keeps_values_and_gradients():
     for k in ga:
         assert (ga[k] - gb[k]).abs().max() < 1e-6, k
     assert full_state_dict(b).keys() == a.state_dict().keys()
+
+
+def test_autocast_training_forward_runs_in_one_dtype_and_stays_close():
+    """fp32 master weights under bf16 autocast (the one-GPU trainer): logprobs close to fp32, grads reach fp32."""
+    torch.manual_seed(0)
+    m = Transformer(tiny_config("qwen3", tie=True))
+    ids, pos, cu, mx = pack([[1, 2, 3, 4, 5], [6, 7, 8]])
+    sel, tgt = torch.tensor([0, 1, 2, 3, 5, 6]), torch.tensor([2, 3, 4, 5, 7, 8])
+    ref, _ = m(ids, pos, cu, mx, sel=sel, targets=tgt)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logp, ent = m(ids, pos, cu, mx, sel=sel, targets=tgt)
+    assert ((logp - ref).abs() <= 0.01 * ref.abs() + 0.02).all()  # bf16: ~3 significant digits
+    (logp.sum() + ent.sum()).backward()
+    assert m.model.embed_tokens.weight.grad.dtype == torch.float32
+    assert torch.isfinite(m.model.embed_tokens.weight.grad).all()
