@@ -67,15 +67,15 @@ def step_order(trajs) -> dict:
     return {k: i for i, k in enumerate(keys)}
 
 
-def split_by_tokens(seqs: list, max_tokens: int) -> list:
+def split_by_tokens(seqs: list, max_tokens: int, size=lambda s: len(s.ids)) -> list:
     """Greedy split into lists of sequences of at most max_tokens (a longer sequence goes alone)."""
     groups, cur, n = [], [], 0
     for s in seqs:
-        if cur and n + len(s.ids) > max_tokens:
+        if cur and n + size(s) > max_tokens:
             groups.append(cur)
             cur, n = [], 0
         cur.append(s)
-        n += len(s.ids)
+        n += size(s)
     if cur:
         groups.append(cur)
     return groups

@@ -21,6 +21,7 @@ import torch
 
 from r1 import checkpoint, distributed
 from r1.logger import Logger
+from r1.packing import split_by_tokens
 from r1.tasks import gsm8k, synthetic
 from r1.tasks.data import load_rows
 from r1.trainer import build_model, check_run_dir, create_run_dir, lr_lambda, run_tokenizer
@@ -105,7 +106,7 @@ def train_sft(s: dict):
             total = float(distributed.all_sum(sum(sum(m) for _, m in batch), d)) / d.world
             opt.zero_grad(set_to_none=True)
             loss_sum, ntok = 0.0, 0
-            groups = _by_tokens(batch, cfg.train.micro_tokens)
+            groups = split_by_tokens(batch, cfg.train.micro_tokens, size=lambda e: len(e[0]))
             # FSDP: every rank runs as many forward/backward passes as the busiest one (fillers train on nothing)
             fill = int(distributed.all_max(len(groups), d)) - len(groups)
             for k, group in enumerate(groups + [[([tok.pad_id] * 2, [0, 0])]] * fill):
@@ -156,17 +157,6 @@ def _batch(examples, step, B, seed):
         random.Random(f"sft:{seed}:{epoch}").shuffle(perm)
         out.append(examples[perm[j]])
     return out
-
-
-def _by_tokens(batch, max_tokens):
-    groups, cur, n = [], [], 0
-    for e in batch:
-        if cur and n + len(e[0]) > max_tokens:
-            groups.append(cur)
-            cur, n = [], 0
-        cur.append(e)
-        n += len(e[0])
-    return groups + ([cur] if cur else [])
 
 
 def _collate(group, device):
