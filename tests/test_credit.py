@@ -1,0 +1,76 @@
+"""r1/credit.py: batch layout for the algorithms, checked by hand on a small batch.
+
+Layout used throughout: trajectory 0 has two steps (2 and 3 sampled tokens),
+trajectory 1 one step (2 tokens). Tokens arrive in a shuffled order, as
+micro-batches may deliver them; results must follow the tokens.
+"""
+import math
+
+import pytest
+import torch
+
+from r1.config import Algo
+from r1.credit import compute
+
+STEP_TRAJ = torch.tensor([0, 0, 1])
+STEP_IDX = torch.tensor([0, 1, 0])
+TOK_STEP = torch.tensor([0, 0, 1, 1, 1, 2, 2])
+PERM = torch.tensor([6, 2, 0, 4, 1, 5, 3])
+
+
+def run(algo, step_reward, step_value=None, tok_value=None, ref=None, groups=(0, 0)):
+    ts = TOK_STEP[PERM]
+    out = compute(algo, 2, list(groups), torch.tensor(step_reward, dtype=torch.float64), STEP_TRAJ, STEP_IDX,
+                  torch.tensor(step_value or [0.0] * 3), ts, STEP_TRAJ[ts], torch.ones(7),
+                  torch.zeros(7), None if ref is None else torch.tensor(ref)[PERM],
+                  None if tok_value is None else torch.tensor(tok_value)[PERM])
+    inv = torch.argsort(PERM)
+    return out["adv"][inv], out
+
+
+def test_step_gae_by_hand():
+    adv, out = run(Algo(advantage="step_gae", gamma=1.0, lam=1.0), [0.0, 1.0, 0.0], step_value=[0.5, 0.8, 0.3])
+    # traj 0: A1 = 1 - 0.8 = 0.2; A0 = 0 + 0.8 - 0.5 + A1 = 0.5; traj 1: A = 0 - 0.3 = -0.3
+    assert torch.allclose(adv, torch.tensor([0.5, 0.5, 0.2, 0.2, 0.2, -0.3, -0.3]), atol=1e-6)
+    kind, target = out["value_target"]
+    assert kind == "step" and torch.allclose(target, torch.tensor([1.0, 1.0, 0.0]), atol=1e-6)
+
+
+def test_step_gae_discounts_across_steps():
+    adv, _ = run(Algo(advantage="step_gae", gamma=0.5, lam=0.5), [0.0, 1.0, 0.0], step_value=[0.0, 0.0, 0.0])
+    # A1 = 1; A0 = 0 + 0.5 * 0 - 0 + 0.5 * 0.5 * A1 = 0.25
+    assert torch.allclose(adv[:2], torch.tensor([0.25, 0.25]), atol=1e-6)
+
+
+def test_token_gae_reward_on_the_last_token_of_each_step():
+    values = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]
+    adv, out = run(Algo(advantage="token_gae", gamma=1.0, lam=1.0), [0.0, 1.0, 0.5], tok_value=values)
+    # gamma = lam = 1: A_t = (sum of rewards from t on, within the trajectory) - V_t
+    want = [1.0 - 0.1, 1.0 - 0.2, 1.0 - 0.3, 1.0 - 0.4, 1.0 - 0.5, 0.5 - 0.6, 0.5 - 0.7]
+    assert torch.allclose(adv, torch.tensor(want), atol=1e-6)
+    kind, target = out["value_target"]
+    assert kind == "token"
+
+
+def test_grpo_trajectory_level_broadcasts_to_every_token():
+    adv, out = run(Algo(advantage="grpo"), [0.0, 1.0, 0.0])
+    s = 1 / math.sqrt(2)  # scores [1, 0], unbiased std 0.7071
+    a = (1 - 0.5) / (s + 1e-6)
+    assert torch.allclose(adv, torch.tensor([a] * 5 + [-a] * 2), atol=1e-5)
+    assert out["value_target"] is None
+
+
+def test_kl_as_reward_penalty_lowers_the_step_reward():
+    ref = [-1.0, -1.0, -2.0, -2.0, -2.0, 0.0, 0.0]  # old logp is 0: k1 = 0 - ref
+    algo = Algo(advantage="step_gae", gamma=1.0, lam=1.0, kl_coef=0.1, kl_estimator="k1", kl_in_reward=True)
+    adv, out = run(algo, [0.0, 1.0, 0.0], step_value=[0.0, 0.0, 0.0], ref=ref)
+    # step 0 reward -0.1*2, step 1 reward 1 - 0.1*6: A1 = 0.4, A0 = -0.2 + 0.4 = 0.2
+    assert torch.allclose(adv[:5], torch.tensor([0.2, 0.2, 0.4, 0.4, 0.4]), atol=1e-6)
+    assert torch.allclose(out["kl"][torch.argsort(PERM)].float(), torch.tensor(ref).neg(), atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["rloo", "reinforce_pp", "reinforce_pp_baseline"])
+def test_outcome_estimators_are_constant_within_a_trajectory(kind):
+    adv, _ = run(Algo(advantage=kind), [0.0, 1.0, 0.0])
+    assert len(set(adv[:5].tolist())) == 1 and len(set(adv[5:].tolist())) == 1
+    assert adv[0] > adv[5]
