@@ -50,7 +50,7 @@ class Run:
     device: str = "auto"
     """auto (cuda if available, else cpu), cpu or cuda."""
     dtype: str = "auto"
-    """Parameter/compute dtype: auto (bfloat16 on cuda, float32 on cpu), float32 or bfloat16."""
+    """Generator (rollout) dtype: auto (bfloat16 on cuda, float32 on cpu). Training keeps float32 master weights and computes in bf16 on CUDA (autocast on one GPU, FSDP mixed precision on several)."""
 
 
 @dataclass
