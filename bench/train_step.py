@@ -32,6 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.rollout import SHAPES, measure_ceilings  # noqa: E402
 from r1.algos.losses import ppo_policy_loss  # noqa: E402
 from r1.model import Transformer  # noqa: E402
+from r1.packing import split_by_tokens  # noqa: E402
 
 
 def lengths(n=64, lo=200, hi=2000, seed=0):
@@ -45,14 +46,7 @@ def flops(cfg, nparams, lens):
 
 
 def step_ours(model, opt, seqs, micro_tokens, dev):
-    groups, cur, n = [], [], 0
-    for s in seqs:
-        if cur and n + len(s) > micro_tokens:
-            groups.append(cur)
-            cur, n = [], 0
-        cur.append(s)
-        n += len(s)
-    groups.append(cur)
+    groups = split_by_tokens(seqs, micro_tokens, size=len)  # the trainer's packing rule
     total = sum(len(s) - 1 for s in seqs)
     for g in groups:
         ids = torch.tensor([t for s in g for t in s], device=dev)
