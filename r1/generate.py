@@ -164,7 +164,6 @@ class Generator:
         self.cached: dict = {}  # slot -> ids whose KV is in the cache
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
         self.graphs: dict = {}
-        self.stop_ids_t = torch.tensor(sorted(self.stop_ids) or [-1], device=self.device)
 
     # -- public API --------------------------------------------------------
     def set_sampling(self, s: Sampling):

@@ -41,8 +41,7 @@ def expert_example(tok, messages, tools) -> tuple:
             if not full.startswith(prev):
                 raise ValueError(f"chat template of {tok.name} re-renders earlier turns; cannot lay out SFT turns")
             turn = full[len(prev):]
-            content_ids = tok.encode(turn)
-            body = content_ids
+            body = tok.encode(turn)
             ids += body
             # mask 1 up to and including the first end-of-turn token, 0 on what the template forces after it
             stop = next((k for k, t in enumerate(body) if t in tok.stop_ids), len(body) - 1)

@@ -208,11 +208,6 @@ class Trainer:
         groups = range(self.d.rank, self.cfg.rollout.prompts, self.d.world)  # global prompt indices of `mine`
         return self.loop.run(mine, r.n, policy_version=it, uid_prefix=f"{it}-", groups=groups)
 
-    def micro_batches(self, trajs):
-        order = step_order(trajs)
-        seqs = sequences(trajs)
-        return order, seqs
-
     def autocast(self):
         on = self.device.type == "cuda" and self.d.world == 1
         return torch.autocast("cuda", dtype=torch.bfloat16, enabled=on)
@@ -241,7 +236,7 @@ class Trainer:
         t0 = time.time()
         trajs = self.rollout(it)
         t_roll = time.time() - t0
-        order, seqs = self.micro_batches(trajs)
+        order, seqs = step_order(trajs), sequences(trajs)
         steps = [(ti, si, s) for ti, t in enumerate(trajs) for si, s in enumerate(t.steps)]
         K = len(steps)
         # mini-batches of whole trajectories, micro-batches by tokens

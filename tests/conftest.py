@@ -21,3 +21,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="module")
+def tok_dir(tmp_path_factory):
+    """The SmolLM2 tokenizer saved as an HF folder: subprocesses load it in a second instead of parsing the GGUF."""
+    from r1.tokenizer import load_tokenizer
+
+    d = tmp_path_factory.mktemp("tok")
+    load_tokenizer("smollm2-135m-instruct").hf.save_pretrained(str(d))
+    return str(d)

@@ -23,7 +23,6 @@ import r1.trainer
 import train
 from r1 import checkpoint
 from r1.config import load_config
-from r1.tokenizer import load_tokenizer
 from r1.trainer import Trainer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -31,12 +30,6 @@ SMOKE = os.path.join(ROOT, "configs", "smoke.yaml")
 TINY = ["rollout.prompts=2", "rollout.n=2", "rollout.max_new_tokens=8", "data.train_size=16", "log.tensorboard=false"]
 
 
-@pytest.fixture(scope="module")
-def tok_dir(tmp_path_factory):
-    """The smoke tokenizer saved as an HF folder: the subprocess loads it in a second instead of parsing the GGUF."""
-    d = tmp_path_factory.mktemp("tok")
-    load_tokenizer("smollm2-135m-instruct").hf.save_pretrained(str(d))
-    return str(d)
 
 
 def snapshot(trainer):

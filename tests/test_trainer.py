@@ -18,7 +18,6 @@ from safetensors.torch import load_file
 
 import train
 from r1.config import load_config
-from r1.tokenizer import load_tokenizer
 from r1.trainer import Trainer
 from r1.trajectory import load as load_trajs
 
@@ -32,12 +31,6 @@ METRIC_KEYS = ["reward_mean", "reward_std", "accuracy", "mean_response_len", "me
 TIMING = ("time_", "peak_mem")
 
 
-@pytest.fixture(scope="module")
-def tok_dir(tmp_path_factory):
-    """The smoke tokenizer saved as an HF folder: subprocesses load it in a second instead of parsing the GGUF."""
-    d = tmp_path_factory.mktemp("tok")
-    load_tokenizer("smollm2-135m-instruct").hf.save_pretrained(str(d))
-    return str(d)
 
 
 def read_metrics(run_dir):
