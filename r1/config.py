@@ -193,6 +193,10 @@ class Train:
     """SFT: conversations per optimizer step."""
     checkpoint_every: int = 1
     """Save a checkpoint every N iterations (and at the end)."""
+    time_limit: float = 0.0
+    """RL: stop after the iteration that passes this many seconds of this process's training
+    (0 = no limit); the run then checkpoints and exports hf/ as at its last step, and
+    `run.resume=true` continues it."""
 
 
 @dataclass

@@ -439,6 +439,7 @@ class Trainer:
         from r1.evaluate import evaluate
 
         cfg = self.cfg
+        t0 = time.time()
         try:
             for it in range(self.start, cfg.train.steps):
                 metrics = self.iteration(it)
@@ -446,9 +447,17 @@ class Trainer:
                     res = evaluate(self, self.eval_rows, cfg, out_dir=None)
                     metrics.update({f"eval_{k}": v for k, v in res.items() if isinstance(v, (int, float))})
                 self.logger.log(it + 1, metrics)
-                if (it + 1) % cfg.train.checkpoint_every == 0 or it + 1 == cfg.train.steps:
+                # stop on the slowest clock (max over ranks), so every rank leaves the loop together
+                out_of_time = bool(distributed.all_max(
+                    float(cfg.train.time_limit > 0 and time.time() - t0 >= cfg.train.time_limit), self.d))
+                if (it + 1) % cfg.train.checkpoint_every == 0 or it + 1 == cfg.train.steps or out_of_time:
                     checkpoint.save(cfg.run.dir, it + 1, self.models, self.optims, self.scheds,
                                     {"iteration": it + 1}, self.d)
+                if out_of_time:
+                    if self.d.main:
+                        print(f"train.time_limit={cfg.train.time_limit:g}s reached after iteration {it + 1}; "
+                              f"checkpointed, exporting hf/", flush=True)
+                    break
             self.export()
         finally:
             self.logger.close()

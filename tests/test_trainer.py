@@ -106,6 +106,19 @@ def test_resume_reproduces_uninterrupted_run(tmp_path):
                [[(s.prompt_ids, s.response_ids, s.logprobs) for s in t.steps] for t in tb]
 
 
+def test_time_limit_stops_checkpoints_exports_and_resumes(tmp_path):
+    """train.time_limit ends the run after the iteration that passes it, saved and exported; resume continues."""
+    run = str(tmp_path / "run")
+    base = ["--config", SMOKE, *TINY, "log.tensorboard=false", f"run.dir={run}", "train.steps=4",
+            "train.checkpoint_every=100"]
+    train.main(base + ["train.time_limit=1e-6"])
+    assert [m["iter"] for m in read_metrics(run)] == [1]
+    assert os.path.exists(os.path.join(run, "hf", "model.safetensors"))
+    assert os.listdir(os.path.join(run, "checkpoints"))
+    train.main(base + ["run.resume=true"])
+    assert [m["iter"] for m in read_metrics(run)] == [1, 2, 3, 4]
+
+
 def test_existing_run_dir_is_refused_untouched(tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()
