@@ -1,22 +1,69 @@
 #!/usr/bin/env bash
-# The learning proof on one H200 (issue 8), in one device call, each phase time-boxed:
-# base eval -> SFT on expert calculator trajectories -> eval -> RL (step-level PPO) -> eval,
-# and RL (GRPO) from the same SFT checkpoint -> eval. Results land in $OUT (or ./runs/h200).
-#   bench/h200_learn.sh MODEL.gguf GSM8K_DIR EVAL_LIMIT SFT_STEPS RL_ITERS
+# The learning proof (issue 8) and the trainer's GPU runs (issue 6), as one job on a 2-GPU machine.
+#
+# Two lanes run side by side, one per GPU, so PPO and GRPO get the same hardware and time:
+#   lane 0: base eval -> GPU tests + logprob-gap bench -> (after SFT) RL step-level PPO -> eval
+#   lane 1: SFT on GSM8K expert calculator chats -> eval -> RL GRPO -> eval
+# then the 2-GPU FSDP run of configs/gsm8k_tool.yaml and the quickstart on one GPU.
+# Every phase writes $R/<phase>.done when it succeeds and is skipped when that file exists, so the
+# job can be started again after a fix and continues where it stopped. Each eval is the full split.
+#
+#   bench/h200_learn.sh MODEL.gguf GSM8K_DIR RESULTS_DIR
+#   env: RL_TIME (seconds per RL run, default 600), SFT_STEPS (default 467 = 2 epochs of 7,473 at 32),
+#        EVAL_LIMIT (0 = all 1,319 test problems), GPU_A/GPU_B (default 0/1), LANES (default "0 1"),
+#        SKIP (phase names not to run), EXTRA (a command run after the lanes, before FSDP; e.g. new-kernel tests and benchmarks)
 set -u
-MODEL=$1; DATA=$2; LIMIT=${3:-300}; SFT=${4:-120}; RL=${5:-6}
-O=${OUT:-runs/h200}; R=runs/h200; mkdir -p $O $R
-C="--config configs/gsm8k_tool.yaml data.path=$DATA"
-ev() { timeout ${3:-150} python3 eval.py $C model.path=$1 eval.limit=$LIMIT eval.out=$R/eval-$2 2>$O/eval-$2.err | tail -1 | tee $O/eval-$2.json; }
-ev $MODEL base
-timeout 200 python3 train.py $C model.path=$MODEL train.stage=sft run.dir=$R/sft train.steps=$SFT train.lr=5e-5 \
-  train.warmup=10 train.schedule=cosine train.checkpoint_every=1000 data.train_size=4000 log.progress=false > $O/sft.log 2>&1; tail -3 $O/sft.log
-ev $R/sft/hf sft
-for A in step_gae grpo; do
-  timeout 170 python3 train.py $C model.path=$R/sft/hf run.dir=$R/rl-$A algo.advantage=$A train.steps=$RL \
-    rollout.prompts=64 rollout.n=4 train.lr=2e-6 eval.every=0 log.progress=false > $O/rl-$A.log 2>&1; tail -3 $O/rl-$A.log
-  cp $R/rl-$A/metrics.jsonl $O/metrics-rl-$A.jsonl 2>/dev/null
-  ev $R/rl-$A/hf rl-$A
-done
-cp $R/sft/metrics.jsonl $O/metrics-sft.jsonl 2>/dev/null
-ls $O
+M=$1; D=$2; R=$3; mkdir -p "$R"
+RL_TIME=${RL_TIME:-600}; SFT_STEPS=${SFT_STEPS:-467}; EVAL_LIMIT=${EVAL_LIMIT:-0}
+GA=${GPU_A:-0}; GB=${GPU_B:-1}
+C="--config configs/gsm8k_tool.yaml data.path=$D log.progress=false"
+# RL recipe shared by PPO and GRPO: 32 prompts x 8 samples, 2 optimizer steps per iteration,
+# held-out accuracy on the first 256 test problems every 5 iterations.
+RLARGS="rollout.prompts=32 rollout.n=8 algo.minibatches=2 train.lr=3e-6 train.critic_lr=1e-5 train.steps=1000
+  train.time_limit=$RL_TIME train.checkpoint_every=1000 eval.every=5 eval.limit=256"
+
+log() { echo "$(date +%H:%M:%S) $*" | tee -a "$R/progress.txt"; }
+phase() {  # name command...: run once, mark done on success
+  local name=$1; shift
+  [ -e "$R/$name.done" ] && { log "skip $name (done)"; return 0; }
+  case " ${SKIP:-} " in *" $name "*) log "skip $name (SKIP)"; return 0 ;; esac
+  log "start $name"
+  local t0=$SECONDS
+  if "$@" > "$R/$name.log" 2>&1; then touch "$R/$name.done"; log "done $name $((SECONDS - t0))s"
+  else log "FAIL $name rc=$? $((SECONDS - t0))s: $(tail -2 "$R/$name.log" | tr '\n' ' ' | cut -c1-300)"; return 1; fi
+}
+ev() {  # gpu model name
+  phase "eval-$3" env CUDA_VISIBLE_DEVICES=$1 python3 eval.py $C model.path=$2 eval.limit=$EVAL_LIMIT \
+    eval.out="$R/eval-$3" && tail -1 "$R/eval-$3.log" > "$R/eval-$3.json"
+}
+wait_for() { while [ ! -e "$R/$1.done" ]; do [ -e "$R/$1.failed" ] && return 1; sleep 5; done; }
+
+lane0() {
+  ev $GA "$M" base
+  phase gpu-tests env CUDA_VISIBLE_DEVICES=$GA python3 -m pytest -q -m gpu tests -p no:cacheprovider
+  phase logprob-gap env CUDA_VISIBLE_DEVICES=$GA python3 bench/logprob_gap.py --save
+  wait_for sft || { log "lane0: SFT failed, no PPO"; return 1; }
+  phase rl-ppo env CUDA_VISIBLE_DEVICES=$GA python3 train.py $C model.path="$R/sft/hf" run.dir="$R/rl-ppo" \
+    algo.advantage=step_gae $RLARGS && ev $GA "$R/rl-ppo/hf" rl-ppo
+}
+lane1() {
+  phase sft env CUDA_VISIBLE_DEVICES=$GB python3 train.py $C model.path="$M" train.stage=sft run.dir="$R/sft" \
+    train.steps=$SFT_STEPS train.lr=5e-5 train.warmup=20 train.schedule=cosine train.checkpoint_every=100000 \
+    || { touch "$R/sft.failed"; return 1; }
+  ev $GB "$R/sft/hf" sft
+  phase rl-grpo env CUDA_VISIBLE_DEVICES=$GB python3 train.py $C model.path="$R/sft/hf" run.dir="$R/rl-grpo" \
+    algo.advantage=grpo $RLARGS && ev $GB "$R/rl-grpo/hf" rl-grpo
+}
+
+rm -f "$R/sft.failed"
+log "begin: $(python3 -c 'import torch; print(torch.__version__, torch.cuda.device_count(), "GPUs")')"
+case "${LANES:-0 1}" in *0*) lane0 & ;; esac
+case "${LANES:-0 1}" in *1*) lane1 & ;; esac
+wait
+[ -n "${EXTRA:-}" ] && phase extra bash -c "$EXTRA"
+# issue 6: the main config over 2 GPUs with FSDP2 (from the GGUF, a few iterations), and the quickstart on one GPU
+phase fsdp torchrun --standalone --nproc_per_node=2 train.py $C model.path="$M" run.dir="$R/fsdp" train.steps=3 \
+  eval.every=0 train.checkpoint_every=3
+phase quickstart env CUDA_VISIBLE_DEVICES=$GA python3 train.py --config configs/quickstart.yaml run.dir="$R/quickstart" \
+  log.progress=false
+log "ALL DONE"

@@ -15,6 +15,16 @@ fp16/bf16), torch's own FlashAttention `varlen_attn` (torch >= 2.10, CUDA,
 fp16/bf16), else a math path that loops over sequences with SDPA. The math
 path is the reference the tests compare the others with; it needs host
 sync (lengths as Python ints), which is fine on the CPU.
+
+Decode (one query per row) where `varlen_attn` cannot read a cache (torch
+2.11 has no seqused_k/block_table) and flash_attn is absent: the Triton
+kernel of kernels/triton_decode.py reads each row's valid keys in place.
+Without triton it falls back to `_sdpa_decode`, which gathers every row's
+whole slot (all L positions) per layer per step. R1_ATTN forces a backend
+for every call, training included: R1_ATTN=sdpa gives that gather+SDPA decode
+(the old behaviour), R1_ATTN=triton the kernel even where the paged torch path
+exists; with either, calls that are not decode steps take the math path.
+R1_DECODE=sdpa switches the decode step alone back to gather+SDPA.
 """
 import inspect
 import os
@@ -31,6 +41,11 @@ try:
     from torch.nn.attention.varlen import varlen_attn
 except ImportError:  # pragma: no cover - torch < 2.10
     varlen_attn = None
+
+try:  # Triton is optional: absent in the CPU build of torch
+    from kernels import triton_decode
+except ImportError:  # pragma: no cover - depends on the machine
+    triton_decode = None
 
 
 # torch's varlen_attn gained seqused_k/block_table (KV-cache reads) after 2.10; older ones cannot read a cache.
@@ -106,8 +121,9 @@ def cache_attention(q, k_cache, v_cache, cu_q, max_q: int, rows, kv_lens, backen
     """
     backend = backend or pick_backend(q)
     B = rows.shape[0]
+    decode = q.shape[0] == B and max_q == 1
     if backend == "torch_flash" and not PAGED:
-        backend = "sdpa"
+        backend = _decode_fallback(q, k_cache, v_cache, decode)
     if backend == "torch_flash":
         # One page per slot: the block table maps each row to its slot, so no
         # cache row is ever copied, and decode needs no host sync (graph-safe).
@@ -117,8 +133,10 @@ def cache_attention(q, k_cache, v_cache, cu_q, max_q: int, rows, kv_lens, backen
                                seqused_k=kv_lens, block_table=rows.to(torch.int32)[:, None])
         except (RuntimeError, TypeError, ValueError) as e:  # e.g. a page size this torch build refuses
             _disable_paged()
-            print(f"kernels.attention: varlen_attn cannot read the cache here ({str(e)[:120]}); using SDPA")
-            backend = "sdpa"
+            backend = _decode_fallback(q, k_cache, v_cache, decode)
+            print(f"kernels.attention: varlen_attn cannot read the cache here ({str(e)[:120]}); using {backend}")
+    if backend == "triton" and decode:  # reads each row's kv_lens[b] keys in place, graph-safe
+        return triton_decode.decode_attention(q, k_cache, v_cache, rows, kv_lens)
     if backend == "sdpa" and q.shape[0] == B:  # decode fallback: batched SDPA over the rows' caches
         return _sdpa_decode(q, k_cache[rows], v_cache[rows], kv_lens)
     if backend == "flash_attn" and q.shape[0] == B:  # decode: one query per row
@@ -132,6 +150,19 @@ def cache_attention(q, k_cache, v_cache, cu_q, max_q: int, rows, kv_lens, backen
         if e > s:
             out[s:e] = _sdpa(q[s:e], k_cache[slots[b], :n], v_cache[slots[b], :n], n - (e - s))
     return out
+
+
+def _decode_fallback(q, k_cache, v_cache, decode):
+    """'triton' for a CUDA fp16/bf16 decode step the Triton kernel can take, else 'sdpa'.
+
+    R1_DECODE=sdpa keeps the gather+SDPA decode while every other call keeps its fast backend.
+    """
+    if os.environ.get("R1_DECODE") == "sdpa":
+        return "sdpa"
+    if (decode and triton_decode is not None and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16)
+            and triton_decode.supports(q, k_cache, v_cache)):
+        return "triton"
+    return "sdpa"
 
 
 def _sdpa_decode(q, k, v, kv_lens):

@@ -41,11 +41,17 @@ batch-size bucket is captured once and replayed (padding rows go to the
 scratch slot).
 """
 import hashlib
+import os
 from dataclasses import dataclass, field
 
 import torch
 
 from r1.model import CacheStep, KVCache, Transformer
+
+try:  # Triton is optional: absent in the CPU build of torch
+    from kernels import triton_sample
+except ImportError:  # pragma: no cover - depends on the machine
+    triton_sample = None
 
 STOP_WINDOW = 16  # tokens re-decoded before new ones when matching stop strings
 BUCKETS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512)
@@ -96,29 +102,55 @@ def _signed(c: int) -> int:
     return c - (1 << 64) if c >= 1 << 63 else c
 
 
-def row_noise(seeds, positions, vocab: int):
-    """Exponential(1) noise [B, V] that is a pure function of (row seed, position, token id).
+def row_uniform(seeds, positions, vocab: int):
+    """Uniform(0, 1) fp32 [B, V], a pure function of (row seed, position, token id).
 
     Counter-based, like Philox: a row's sample never depends on which other
     rows share the batch or on scheduling, so a seeded rollout replays exactly.
+    u = (24 hash bits + 0.5) / 2^24 in fp32, where the top value 2^24 - 0.5
+    rounds up to 1: it is clamped to the largest float below 1, so q > 0.
+    kernels/triton_sample.py computes the same bits op for op.
     """
     h = _mix(seeds * _signed(0x9E3779B97F4A7C15) + positions * 0x632BE59BD9B4E019 % (1 << 62))  # [B]
     v = torch.arange(vocab, device=seeds.device, dtype=torch.int64)
     x = _mix(h[:, None] + v[None, :] * _signed(0xD1B54A32D192ED03))
-    u = ((x >> 40) & 0xFFFFFF).to(torch.float32).add_(0.5).mul_(1.0 / (1 << 24))  # (0, 1)
-    return -torch.log(u)
+    u = ((x >> 40) & 0xFFFFFF).to(torch.float32).add_(0.5).mul_(1.0 / (1 << 24))
+    return u.clamp_max_(1.0 - 2.0**-24)
 
 
-def sample(logits, s: Sampling, seeds=None, positions=None):
-    """logits [B, V] fp32 -> (tokens [B], logprobs [B]) with the logprob rule above.
+def row_noise(seeds, positions, vocab: int):
+    """Exponential(1) noise [B, V] fp32: q = -log(row_uniform), in (0, 17.4]."""
+    return -torch.log(row_uniform(seeds, positions, vocab))
+
+
+def sample(logits, s: Sampling, seeds=None, positions=None, use_triton=None):
+    """logits [B, V] (fp32, or bf16 upcast here) -> (tokens [B], logprobs [B]) with the logprob rule above.
 
     seeds [B], positions [B] (int64) key the sampling noise per row and token
     position (see row_noise); without them, noise comes from torch's RNG.
+    use_triton: None uses the kernel below where it applies, False never (nor with R1_SAMPLE=torch).
+
+    The sample is an exponential race in the log domain: with z = logits * (1/T)
+    (masked by top-k/top-p) and q ~ Exponential(1), tok = argmax(z - log q),
+    the same argmax as softmax(z) / q (gpt-fast's trick) and the Gumbel-max
+    trick (-log q is Gumbel). The log form needs no max and no normalisation,
+    so one pass over the row suffices, nothing under- or overflows in fp32
+    (softmax(z) / q flushes tokens below e^-103 of the max to 0, and 0 / q
+    ties them), and every step is a plain fp32 op that the Triton kernel
+    repeats exactly. argmax keeps the first of tied keys.
+
+    This torch code is the reference. On CUDA with triton, seeds given and
+    top_k == 0, top_p == 1, kernels/triton_sample.py computes the same tokens
+    in one pass over the logits, in their own dtype (tests/test_sample_kernel.py).
     """
+    if (use_triton is not False and os.environ.get("R1_SAMPLE") != "torch" and triton_sample is not None and logits.is_cuda and seeds is not None
+            and s.top_k <= 0 and s.top_p >= 1.0):
+        return triton_sample.sample(logits, s.temperature, seeds, positions)
+    logits = logits.float()
     if s.temperature <= 0:
         tok = logits.argmax(-1)
         return tok, torch.log_softmax(logits, -1).gather(-1, tok[:, None])[:, 0]
-    z = logits / s.temperature
+    z = logits * (1.0 / s.temperature)  # a multiply, as torch's CUDA division by a scalar and the kernel do
     logp = torch.log_softmax(z, -1)
     filt = z
     if s.top_k > 0 and s.top_k < z.shape[-1]:
@@ -129,12 +161,12 @@ def sample(logits, s: Sampling, seeds=None, positions=None):
         cum = torch.softmax(sorted_z, -1).cumsum(-1)
         drop = cum - torch.softmax(sorted_z, -1) > s.top_p  # keep the token that crosses p
         filt = filt.scatter(-1, idx, sorted_z.masked_fill(drop, float("-inf")))
-    # Exponential race = categorical sample, with no host sync (gpt-fast's trick).
+    # Exponential race = categorical sample, with no host sync.
     if seeds is not None:
         q = row_noise(seeds, positions, filt.shape[-1])
     else:
-        q = torch.empty_like(filt).exponential_(1)
-    tok = (torch.softmax(filt, -1) / q).argmax(-1)
+        q = torch.empty_like(filt).exponential_(1).clamp_min_(torch.finfo(torch.float32).tiny)
+    tok = (filt - torch.log(q)).argmax(-1)
     return tok, logp.gather(-1, tok[:, None])[:, 0]
 
 
@@ -260,7 +292,7 @@ class Generator:
                     del todo[id(r)]
                 else:
                     todo[id(r)] = done + take
-        logits = self.model.head(torch.stack([last_hidden[id(r)] for r in starts])).float()
+        logits = self.model.head(torch.stack([last_hidden[id(r)] for r in starts]))  # model dtype: sample upcasts
         d = self.device
         tok, lp = sample(logits, self.sampling, torch.tensor([r.seed for r in starts], device=d),
                          torch.tensor([len(r.prompt) for r in starts], device=d))
@@ -325,7 +357,7 @@ class Generator:
         step = CacheStep(rows=slots, token_rows=torch.arange(B, device=d),
                          cu_q=torch.arange(B + 1, dtype=torch.int32, device=d), max_q=1,
                          kv_lens=(pos + 1).to(torch.int32))
-        return self.model.head(self.model.hidden(tok, pos, cache=self.cache, step=step)).float()
+        return self.model.head(self.model.hidden(tok, pos, cache=self.cache, step=step))  # model dtype: sample upcasts
 
     def _graph_decode(self, tok, pos, slots):
         B = tok.shape[0]
@@ -349,7 +381,7 @@ class Generator:
         def run():
             step = CacheStep(rows=bufs["slots"], token_rows=ar, cu_q=cu, max_q=1,
                              kv_lens=(bufs["pos"] + 1).to(torch.int32))
-            return self.model.head(self.model.hidden(bufs["tok"], bufs["pos"], cache=self.cache, step=step)).float()
+            return self.model.head(self.model.hidden(bufs["tok"], bufs["pos"], cache=self.cache, step=step))
 
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())

@@ -11,6 +11,7 @@ the forced newline after it and the tool turn rendered incrementally (mask
 The run folder is the RL trainer's (config.yaml, metrics.jsonl, tensorboard,
 checkpoints/, hf/); `model.path=RUN_DIR/hf` starts RL from it.
 """
+import functools
 import math
 import os
 import random
@@ -152,10 +153,15 @@ def _batch(examples, step, B, seed):
     out = []
     for k in range(step * B, (step + 1) * B):
         epoch, j = divmod(k, len(examples))
-        perm = list(range(len(examples)))
-        random.Random(f"sft:{seed}:{epoch}").shuffle(perm)
-        out.append(examples[perm[j]])
+        out.append(examples[_perm(len(examples), seed, epoch)[j]])
     return out
+
+
+@functools.lru_cache(maxsize=4)
+def _perm(n: int, seed, epoch: int) -> list:
+    perm = list(range(n))
+    random.Random(f"sft:{seed}:{epoch}").shuffle(perm)
+    return perm
 
 
 def _collate(group, device):
