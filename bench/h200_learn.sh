@@ -2,7 +2,8 @@
 # The learning proof (issue 8) and the trainer's GPU runs (issue 6), as one job on a 2-GPU machine.
 #
 # Two lanes run side by side, one per GPU, so PPO and GRPO get the same hardware and time:
-#   lane 0: base eval -> GPU tests + logprob-gap bench -> (after SFT) RL step-level PPO -> eval
+#   first: the GPU tests of the Triton decode/sampling kernels (a failure turns that kernel off)
+#   lane 0: base eval -> GPU tests + logprob-gap bench -> (after SFT) RL step-level PPO -> eval -> EXTRA
 #   lane 1: SFT on GSM8K expert calculator chats -> eval -> RL GRPO -> eval
 # then the 2-GPU FSDP run of configs/gsm8k_tool.yaml and the quickstart on one GPU.
 # Every phase writes $R/<phase>.done when it succeeds and is skipped when that file exists, so the
@@ -11,7 +12,7 @@
 #   bench/h200_learn.sh MODEL.gguf GSM8K_DIR RESULTS_DIR
 #   env: RL_TIME (seconds per RL run, default 600), SFT_STEPS (default 467 = 2 epochs of 7,473 at 32),
 #        EVAL_LIMIT (0 = all 1,319 test problems), GPU_A/GPU_B (default 0/1), LANES (default "0 1"),
-#        SKIP (phase names not to run), EXTRA (a command run after the lanes, before FSDP; e.g. new-kernel tests and benchmarks)
+#        SKIP (phase names not to run), EXTRA (a command lane 0 runs last, e.g. benchmarks on a quiet GPU)
 set -u
 M=$1; D=$2; R=$3; mkdir -p "$R"
 RL_TIME=${RL_TIME:-600}; SFT_STEPS=${SFT_STEPS:-467}; EVAL_LIMIT=${EVAL_LIMIT:-0}
@@ -45,6 +46,7 @@ lane0() {
   wait_for sft || { log "lane0: SFT failed, no PPO"; return 1; }
   phase rl-ppo env CUDA_VISIBLE_DEVICES=$GA python3 train.py $C model.path="$R/sft/hf" run.dir="$R/rl-ppo" \
     algo.advantage=step_gae $RLARGS && ev $GA "$R/rl-ppo/hf" rl-ppo
+  [ -n "${EXTRA:-}" ] && phase extra env CUDA_VISIBLE_DEVICES=$GA bash -c "$EXTRA"
 }
 lane1() {
   phase sft env CUDA_VISIBLE_DEVICES=$GB python3 train.py $C model.path="$M" train.stage=sft run.dir="$R/sft" \
@@ -57,10 +59,19 @@ lane1() {
 
 rm -f "$R/sft.failed"
 log "begin: $(python3 -c 'import torch; print(torch.__version__, torch.cuda.device_count(), "GPUs")')"
+# The Triton decode and sampling kernels must pass their GPU tests before anything relies on them;
+# a failure switches that kernel off (R1_DECODE=sdpa / R1_SAMPLE=torch) for the whole job.
+phase check-decode env CUDA_VISIBLE_DEVICES=$GA python3 -m pytest -q -x -m gpu tests/test_decode_kernel.py \
+  -p no:cacheprovider &
+phase check-sample env CUDA_VISIBLE_DEVICES=$GB python3 -m pytest -q -x -m gpu tests/test_sample_kernel.py \
+  -p no:cacheprovider &
+wait
+[ -e "$R/check-decode.done" ] || export R1_DECODE=sdpa
+[ -e "$R/check-sample.done" ] || export R1_SAMPLE=torch
+log "kernels: R1_DECODE=${R1_DECODE:-triton} R1_SAMPLE=${R1_SAMPLE:-triton}"
 case "${LANES:-0 1}" in *0*) lane0 & ;; esac
 case "${LANES:-0 1}" in *1*) lane1 & ;; esac
 wait
-[ -n "${EXTRA:-}" ] && phase extra bash -c "$EXTRA"
 # issue 6: the main config over 2 GPUs with FSDP2 (from the GGUF, a few iterations), and the quickstart on one GPU
 phase fsdp torchrun --standalone --nproc_per_node=2 train.py $C model.path="$M" run.dir="$R/fsdp" train.steps=3 \
   eval.every=0 train.checkpoint_every=3
