@@ -10,6 +10,9 @@ Two entry points, both on packed (unpadded) queries:
   tokens and kv_len valid keys sits at position kv_len - Tq + i
   (bottom-right causal alignment, as in FlashAttention).
 
+Chunks (several new tokens per row, e.g. an observation appended to a live
+row) go through one padded SDPA call on the GPU (`_sdpa_chunks`).
+
 Backends, picked per call: the `flash_attn` package when installed (CUDA,
 fp16/bf16), torch's own FlashAttention `varlen_attn` (torch >= 2.10, CUDA,
 fp16/bf16), else a math path that loops over sequences with SDPA. The math
@@ -112,12 +115,15 @@ def varlen_attention(q, k, v, cu_seqlens, max_seqlen: int, backend: str | None =
     return out
 
 
-def cache_attention(q, k_cache, v_cache, cu_q, max_q: int, rows, kv_lens, backend: str | None = None):
+def cache_attention(q, k_cache, v_cache, cu_q, max_q: int, rows, kv_lens, backend: str | None = None,
+                    max_kv: int = 0):
     """Queries of B rows attend to their rows of a KV cache.
 
     q [Nq, Hq, D] packed (row b owns q[cu_q[b]:cu_q[b+1]]), k_cache/v_cache
     [S, L, Hkv, D] (S slots of L positions), rows [B] long: the slot of each
     row, kv_lens [B] int32: valid keys per row, new ones included -> [Nq, Hq, D].
+    max_kv: the largest kv_lens (a host int; 0 = unknown, read all L), bounds what
+    the batched chunk path reads.
     """
     backend = backend or pick_backend(q)
     B = rows.shape[0]
@@ -143,6 +149,8 @@ def cache_attention(q, k_cache, v_cache, cu_q, max_q: int, rows, kv_lens, backen
         out = flash_attn_with_kvcache(q[:, None], k_cache, v_cache, cache_seqlens=kv_lens,
                                       cache_batch_idx=rows.to(torch.int32), causal=True)
         return out[:, 0]
+    if backend in ("sdpa", "flash_attn"):  # chunks (continuations): one padded SDPA call, not a loop over rows
+        return _sdpa_chunks(q, k_cache, v_cache, cu_q, max_q, rows, kv_lens, max_kv or k_cache.shape[1])
     bounds, lens, slots = cu_q.tolist(), kv_lens.tolist(), rows.tolist()
     out = torch.empty_like(q)
     for b in range(B):
@@ -178,3 +186,49 @@ def _sdpa_decode(q, k, v, kv_lens):
     mask = (torch.arange(L, device=q.device)[None, :] < kv_lens[:, None])[:, None, None, :]  # [B,1,1,L]
     out = F.scaled_dot_product_attention(qg, k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask)
     return out.reshape(B, Hq, D)
+
+
+CHUNK_MASK_ELEMENTS = 1 << 27  # bound on B x G x max_q x max_kv per SDPA call of _sdpa_chunks
+
+
+def _sdpa_chunks(q, k_cache, v_cache, cu_q, max_q: int, rows, kv_lens, max_kv: int):
+    """Several new tokens per row (chunked prefill of observations), all rows in one SDPA call.
+
+    The per-row math loop costs ~10 kernel launches per row per layer plus
+    three host syncs per layer; a turn boundary of 256 episodes made that the
+    slowest part of multi-turn rollouts. Here queries are padded to
+    [B, max_q], keys read from the rows' slots up to max_kv, and the mask is
+    bottom-right causal per row (query i of a row with n new tokens and
+    kv_len keys sits at kv_len - n + i). GQA without copying keys, as in
+    _sdpa_decode: the G query heads of a KV head become G x max_q query rows.
+    Padding queries see at least key 0 (no NaN) and are dropped. No host
+    sync unless the mask would pass CHUNK_MASK_ELEMENTS, when rows go in groups.
+    """
+    Nq, Hq, D = q.shape
+    B, Hkv = rows.shape[0], k_cache.shape[2]
+    G = Hq // Hkv
+    per_row = G * max_q * max_kv
+    if B > 1 and B * per_row > CHUNK_MASK_ELEMENTS:
+        step = max(1, CHUNK_MASK_ELEMENTS // per_row)
+        bounds = cu_q.tolist()
+        out = torch.empty_like(q)
+        for b0 in range(0, B, step):
+            b1 = min(B, b0 + step)
+            s, e = bounds[b0], bounds[b1]
+            out[s:e] = _sdpa_chunks(q[s:e], k_cache, v_cache, cu_q[b0:b1 + 1] - s, max_q, rows[b0:b1],
+                                    kv_lens[b0:b1], max_kv)
+        return out
+    dev = q.device
+    n_new = (cu_q[1:] - cu_q[:-1]).long()  # [B]
+    tok_row = torch.repeat_interleave(torch.arange(B, device=dev), n_new, output_size=Nq)
+    flat = tok_row * max_q + (torch.arange(Nq, device=dev) - cu_q[:-1].long()[tok_row])
+    qp = q.new_zeros(B * max_q, Hq, D).index_copy_(0, flat, q)
+    qp = qp.view(B, max_q, Hkv, G, D).permute(0, 2, 3, 1, 4).reshape(B, Hkv, G * max_q, D)
+    k = k_cache[rows, :max_kv].transpose(1, 2)  # [B, Hkv, max_kv, D]
+    v = v_cache[rows, :max_kv].transpose(1, 2)
+    qpos = (kv_lens.long() - n_new)[:, None] + torch.arange(max_q, device=dev)[None, :]  # [B, max_q]
+    mask = torch.arange(max_kv, device=dev)[None, None, :] <= qpos[:, :, None]  # [B, max_q, max_kv]
+    mask = mask[:, None].expand(B, G, max_q, max_kv).reshape(B, 1, G * max_q, max_kv)
+    out = F.scaled_dot_product_attention(qp, k, v, attn_mask=mask)  # [B, Hkv, G * max_q, D]
+    out = out.view(B, Hkv, G, max_q, D).permute(0, 3, 1, 2, 4).reshape(B * max_q, Hq, D)
+    return out[flat]

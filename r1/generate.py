@@ -272,12 +272,18 @@ class Generator:
         self.queue = waiting
         if not starts:
             return
-        # Prefill the uncached part of each prompt, packed, in chunks of a token budget.
+        # Prefill the uncached part of each prompt, packed, in chunks of a token budget. New prompts and
+        # continuations (rows whose cache holds a prefix) go in separate batches: new prompts alone take
+        # the packed training kernel (CacheStep.fresh), continuations the batched cache path.
         todo = {id(r): r.pos for r in starts}
         last_hidden = {}
         while todo:
             batch, budget = [], self.prefill_tokens
+            first = next(r for r in starts if id(r) in todo)
+            kind = todo[id(first)] == 0
             for r in starts:
+                if id(r) in todo and (todo[id(r)] == 0) != kind:
+                    continue
                 done = todo.get(id(r))
                 if done is None or budget <= 0:
                     continue
@@ -324,6 +330,7 @@ class Generator:
             max_q=max(t for _, _, t in batch),
             kv_lens=torch.tensor([s + t for _, s, t in batch], dtype=torch.int32, device=d),
             fresh=all(s == 0 for _, s, _ in batch),
+            max_kv=max(s + t for _, s, t in batch),
         )
         return self.model.hidden(torch.tensor(ids, device=d), torch.tensor(pos, device=d), cache=self.cache, step=step)
 

@@ -154,6 +154,7 @@ class CacheStep:
     max_q: int
     kv_lens: torch.Tensor
     fresh: bool = False  # every row starts at position 0: attend within the new tokens (packed flash path)
+    max_kv: int = 0  # max of kv_lens as a host int (0 = unknown): bounds the keys a chunk reads
 
 
 class Attention(nn.Module):
@@ -190,7 +191,8 @@ class Attention(nn.Module):
             if step.fresh:
                 out = varlen_attention(q, k, v, step.cu_q, step.max_q)
             else:
-                out = cache_attention(q, k_cache, v_cache, step.cu_q, step.max_q, step.rows, step.kv_lens)
+                out = cache_attention(q, k_cache, v_cache, step.cu_q, step.max_q, step.rows, step.kv_lens,
+                                      max_kv=step.max_kv)
         return self.o_proj(out.reshape(n, cfg.num_heads * cfg.head_dim))
 
 

@@ -24,7 +24,14 @@ def series(rows: list, key: str) -> tuple:
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
-def plot(runs: list, keys: list, out: str):
+def moving_average(y: list, n: int) -> list:
+    """Mean of the last n points (fewer at the start); n <= 1 returns y."""
+    if n <= 1:
+        return list(y)
+    return [sum(y[max(0, i - n + 1): i + 1]) / (i + 1 - max(0, i - n + 1)) for i in range(len(y))]
+
+
+def plot(runs: list, keys: list, out: str, smooth: int = 1):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -35,7 +42,11 @@ def plot(runs: list, keys: list, out: str):
         for run in runs:
             x, y = series(read_metrics(run), key)
             if x:
-                ax.plot(x, y, marker="o", markersize=3, label=os.path.basename(os.path.normpath(run)))
+                name = os.path.basename(os.path.normpath(run))
+                line, = ax.plot(x, y, marker="o", markersize=3, alpha=0.35 if smooth > 1 else 1.0,
+                                label=name if smooth <= 1 else None)
+                if smooth > 1:
+                    ax.plot(x, moving_average(y, smooth), color=line.get_color(), label=f"{name} (mean of {smooth})")
         ax.set_title(key)
         ax.set_xlabel("iteration")
         ax.grid(alpha=0.3)
@@ -51,8 +62,9 @@ def main(argv=None):
     p.add_argument("runs", nargs="+", help="run folders (or metrics.jsonl files)")
     p.add_argument("--out", required=True, help="PNG to write")
     p.add_argument("--keys", default="reward_mean,eval_accuracy")
+    p.add_argument("--smooth", type=int, default=1, help="also draw a moving average over this many points")
     a = p.parse_args(argv)
-    print(plot(a.runs, a.keys.split(","), a.out))
+    print(plot(a.runs, a.keys.split(","), a.out, a.smooth))
 
 
 if __name__ == "__main__":

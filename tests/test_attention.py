@@ -55,6 +55,30 @@ def test_cache_attention_decode_backends_agree():
         assert (ref[b].double() - want).abs().max() < 1e-5
 
 
+@pytest.mark.parametrize("hq,hkv", [(4, 4), (9, 3), (8, 2)])
+@pytest.mark.parametrize("max_kv", ["exact", "unknown"])
+@pytest.mark.parametrize("grouped", [False, True])
+def test_batched_chunks_match_the_row_loop(hq, hkv, max_kv, grouped, monkeypatch):
+    """_sdpa_chunks (one padded SDPA call) equals the per-row math loop: uneven chunk sizes (1 to 7 new
+    tokens), a chunk that is the row's whole cache, shuffled and repeated slots; `grouped` forces the
+    path that splits rows to bound the mask."""
+    if grouped:
+        monkeypatch.setattr(A, "CHUNK_MASK_ELEMENTS", 200)
+    g = torch.Generator().manual_seed(hq * 10 + hkv)
+    S, L, d = 6, 24, 16
+    kc, vc = torch.randn(S, L, hkv, d, generator=g), torch.randn(S, L, hkv, d, generator=g)
+    rows = torch.tensor([4, 0, 5, 2, 0])
+    n_new = [3, 1, 7, 2, 5]
+    kv_lens = torch.tensor([10, 1, 7, 24, 6], dtype=torch.int32)  # row 2: the chunk is its whole cache
+    cu = torch.tensor([0, *torch.tensor(n_new).cumsum(0).tolist()], dtype=torch.int32)
+    q = torch.randn(int(cu[-1]), hq, d, generator=g)
+    mk = int(kv_lens.max()) if max_kv == "exact" else 0
+    got = A.cache_attention(q, kc, vc, cu, max(n_new), rows, kv_lens, backend="sdpa", max_kv=mk)
+    want = A.cache_attention(q, kc, vc, cu, max(n_new), rows, kv_lens, backend="math")
+    assert torch.isfinite(got).all()
+    assert (got - want).abs().max() < 1e-5
+
+
 def test_cache_attention_chunk_is_bottom_right_causal():
     """A 3-token chunk per row attends like the last 3 queries of a full causal pass over the row's keys."""
     kc, vc, rows, kv_lens, hq, d, g = cache_case()

@@ -125,8 +125,12 @@ def test_stop_string_split_across_tokens():
         assert c.token_ids == free[:8] and c.finish == "stop"
 
 
-def test_multi_turn_continuation_matches_fresh_prefill():
-    """Turn 2 extends turn 1's ids: only the suffix is prefilled, and results equal a fresh run."""
+@pytest.mark.parametrize("attn", ["default", "sdpa"])
+def test_multi_turn_continuation_matches_fresh_prefill(attn, monkeypatch):
+    """Turn 2 extends turn 1's ids: only the suffix is prefilled, and results equal a fresh run.
+    `sdpa` runs the GPU's cache paths on the CPU: gather+SDPA decode and the batched chunk path."""
+    if attn == "sdpa":
+        monkeypatch.setenv("R1_ATTN", "sdpa")
     model = tiny(seed=2)
     gen = Generator(model, 2, 96)
     gen.set_sampling(Sampling(temperature=0))

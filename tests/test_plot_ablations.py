@@ -31,3 +31,11 @@ def test_plot_writes_a_png(tmp_path):
     out = plot([str(tmp_path / "ppo"), str(tmp_path / "grpo")], ["reward_mean", "eval_accuracy"], str(tmp_path / "c.png"))
     with open(out, "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_moving_average_by_hand():
+    from r1.plot import moving_average
+
+    assert moving_average([1.0, 2.0, 3.0, 4.0], 2) == [1.0, 1.5, 2.5, 3.5]
+    assert moving_average([1.0, 3.0], 5) == [1.0, 2.0]
+    assert moving_average([1.0, 3.0], 1) == [1.0, 3.0]

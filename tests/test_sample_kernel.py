@@ -131,7 +131,9 @@ def check_sample(device, dtype, b, vocab, exact, scale=4.0, seed=0):
             assert (gap <= tol).all(), f"T={t}: rows {differ.tolist()} differ without a near-tie: gaps {gap}"
         z = logits.float() * (1.0 / (t if t > 0 else 1.0))
         exact_lp = torch.log_softmax(z.double(), -1).gather(-1, tok[:, None])[:, 0]
-        assert (lp.double() - exact_lp).abs().max().item() <= 1e-5, t
+        # z - lse of values near |z| cannot be closer than a few fp32 ulps of |z| (peaked logits: |z| ~ 300)
+        tol = 1e-5 + 4 * torch.finfo(torch.float32).eps * z.abs().max().item()
+        assert (lp.double() - exact_lp).abs().max().item() <= tol, t
         # torch's fp32 log_softmax on CPU is itself ~1e-5 off at V=152k; on CUDA both are ~1e-6 off
         same = tok == want_tok
         assert (lp[same] - want_lp[same]).abs().max().item() <= (1e-5 if exact else 3e-5), t
@@ -199,7 +201,8 @@ def test_cuda_peaked_logits():
 
 @pytest.mark.gpu
 @needs_triton
-def test_cuda_sample_uses_the_kernel_only_where_it_applies():
+def test_cuda_sample_uses_the_kernel_only_where_it_applies(monkeypatch):
+    monkeypatch.delenv("R1_SAMPLE", raising=False)  # R1_SAMPLE=torch would switch the kernel off
     logits = torch.randn(32, 5000, device="cuda", dtype=torch.bfloat16) * 3
     seeds, pos = (x.cuda() for x in rows(32))
     s = Sampling(temperature=0.8)
@@ -217,6 +220,7 @@ def test_cuda_sample_uses_the_kernel_only_where_it_applies():
 @pytest.mark.parametrize("cuda_graphs", [False, True])
 def test_cuda_generator_same_with_and_without_kernel(monkeypatch, cuda_graphs):
     """A bf16 model end to end: the kernel on bf16 logits gives the torch path's tokens and logprobs."""
+    monkeypatch.delenv("R1_SAMPLE", raising=False)
     from r1 import generate
     from r1.model import Transformer, tiny_config
 
