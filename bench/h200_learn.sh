@@ -12,6 +12,7 @@
 #   bench/h200_learn.sh MODEL.gguf GSM8K_DIR RESULTS_DIR
 #   env: RL_TIME (seconds per RL run, default 600), SFT_STEPS (default 467 = 2 epochs of 7,473 at 32),
 #        EVAL_LIMIT (0 = all 1,319 test problems), GPU_A/GPU_B (default 0/1), LANES (default "0 1"),
+#        RL_EXTRA (overrides appended to both RL runs, e.g. "train.lr=1e-5 algo.minibatches=4"),
 #        SKIP (phase names not to run), EXTRA (a command lane 0 runs last, e.g. benchmarks on a quiet GPU)
 set -u
 M=$1; D=$2; R=$3; mkdir -p "$R"
@@ -21,7 +22,7 @@ C="--config configs/gsm8k_tool.yaml data.path=$D log.progress=false"
 # RL recipe shared by PPO and GRPO: 32 prompts x 8 samples, 2 optimizer steps per iteration,
 # held-out accuracy on the first 256 test problems every 5 iterations.
 RLARGS="rollout.prompts=32 rollout.n=8 algo.minibatches=2 train.lr=3e-6 train.critic_lr=1e-5 train.steps=1000
-  train.time_limit=$RL_TIME train.checkpoint_every=1000 eval.every=5 eval.limit=256"
+  train.time_limit=$RL_TIME train.checkpoint_every=1000 eval.every=5 eval.limit=256 ${RL_EXTRA:-}"
 
 log() { echo "$(date +%H:%M:%S) $*" | tee -a "$R/progress.txt"; }
 phase() {  # name command...: run once, mark done on success
