@@ -26,7 +26,8 @@ Without triton it falls back to `_sdpa_decode`, which gathers every row's
 whole slot (all L positions) per layer per step. R1_ATTN forces a backend
 for every call, training included: R1_ATTN=sdpa gives that gather+SDPA decode
 (the old behaviour), R1_ATTN=triton the kernel even where the paged torch path
-exists; with either, calls that are not decode steps take the math path.
+exists. With R1_ATTN=sdpa, chunks take the batched SDPA path and training
+the math path; with R1_ATTN=triton, everything but decode takes the math path.
 R1_DECODE=sdpa switches the decode step alone back to gather+SDPA.
 """
 import inspect
@@ -143,9 +144,9 @@ def cache_attention(q, k_cache, v_cache, cu_q, max_q: int, rows, kv_lens, backen
             print(f"kernels.attention: varlen_attn cannot read the cache here ({str(e)[:120]}); using {backend}")
     if backend == "triton" and decode:  # reads each row's kv_lens[b] keys in place, graph-safe
         return triton_decode.decode_attention(q, k_cache, v_cache, rows, kv_lens)
-    if backend == "sdpa" and q.shape[0] == B:  # decode fallback: batched SDPA over the rows' caches
+    if backend == "sdpa" and decode:  # decode fallback: batched SDPA over the rows' caches
         return _sdpa_decode(q, k_cache[rows], v_cache[rows], kv_lens)
-    if backend == "flash_attn" and q.shape[0] == B:  # decode: one query per row
+    if backend == "flash_attn" and decode:  # decode: one query per row
         out = flash_attn_with_kvcache(q[:, None], k_cache, v_cache, cache_seqlens=kv_lens,
                                       cache_batch_idx=rows.to(torch.int32), causal=True)
         return out[:, 0]
@@ -188,7 +189,7 @@ def _sdpa_decode(q, k, v, kv_lens):
     return out.reshape(B, Hq, D)
 
 
-CHUNK_MASK_ELEMENTS = 1 << 27  # bound on B x G x max_q x max_kv per SDPA call of _sdpa_chunks
+CHUNK_MASK_ELEMENTS = 1 << 27  # bound on B x Hq x max_q x max_kv (the scores) per SDPA call of _sdpa_chunks
 
 
 def _sdpa_chunks(q, k_cache, v_cache, cu_q, max_q: int, rows, kv_lens, max_kv: int):
@@ -202,12 +203,12 @@ def _sdpa_chunks(q, k_cache, v_cache, cu_q, max_q: int, rows, kv_lens, max_kv: i
     kv_len keys sits at kv_len - n + i). GQA without copying keys, as in
     _sdpa_decode: the G query heads of a KV head become G x max_q query rows.
     Padding queries see at least key 0 (no NaN) and are dropped. No host
-    sync unless the mask would pass CHUNK_MASK_ELEMENTS, when rows go in groups.
+    sync unless the scores would pass CHUNK_MASK_ELEMENTS, when rows go in groups.
     """
     Nq, Hq, D = q.shape
     B, Hkv = rows.shape[0], k_cache.shape[2]
     G = Hq // Hkv
-    per_row = G * max_q * max_kv
+    per_row = Hq * max_q * max_kv  # scores per row: SDPA's math backend materialises them
     if B > 1 and B * per_row > CHUNK_MASK_ELEMENTS:
         step = max(1, CHUNK_MASK_ELEMENTS // per_row)
         bounds = cu_q.tolist()

@@ -174,8 +174,9 @@ class Generator:
     def __init__(self, model: Transformer, slots: int, max_len: int, stop_ids=(), stop_strings=(), decode=None,
                  sampling: Sampling | None = None, sync_every: int | None = None, prefill_tokens: int = 8192,
                  cuda_graphs: bool = False):
-        if max_len < 2 or slots < 1:
-            raise ValueError(f"generator needs slots >= 1 and max_len >= 2, got slots={slots} max_len={max_len}")
+        if max_len < 2 or slots < 1 or prefill_tokens < 1:
+            raise ValueError(f"generator needs slots >= 1, max_len >= 2 and prefill_tokens >= 1, got slots={slots} "
+                             f"max_len={max_len} prefill_tokens={prefill_tokens}")
         if stop_strings and decode is None:
             raise ValueError("stop_strings need a decode(ids) -> str function")
         self.model = model

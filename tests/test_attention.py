@@ -79,6 +79,19 @@ def test_batched_chunks_match_the_row_loop(hq, hkv, max_kv, grouped, monkeypatch
     assert (got - want).abs().max() < 1e-5
 
 
+@pytest.mark.parametrize("backend", ["sdpa", "flash_attn"])
+def test_chunk_with_as_many_queries_as_rows_is_not_a_decode_step(backend, monkeypatch):
+    """Rows with 2 and 0 new tokens: Nq == B, but it is a chunk (max_q 2), not one query per row."""
+    monkeypatch.setattr(A, "flash_attn_with_kvcache", None)  # must not be reached
+    kc, vc, rows, kv_lens, hq, d, g = cache_case()
+    rows, kv_lens = rows[:2], torch.tensor([5, 3], dtype=torch.int32)
+    q = torch.randn(2, hq, d, generator=g)
+    cu = torch.tensor([0, 2, 2], dtype=torch.int32)
+    got = A.cache_attention(q, kc, vc, cu, 2, rows, kv_lens, backend=backend, max_kv=5)
+    want = A.cache_attention(q, kc, vc, cu, 2, rows, kv_lens, backend="math")
+    assert (got - want).abs().max() < 1e-5
+
+
 def test_cache_attention_chunk_is_bottom_right_causal():
     """A 3-token chunk per row attends like the last 3 queries of a full causal pass over the row's keys."""
     kc, vc, rows, kv_lens, hq, d, g = cache_case()
