@@ -13,7 +13,8 @@
 #   env: RL_TIME (seconds per RL run, default 600), SFT_STEPS (default 467 = 2 epochs of 7,473 at 32),
 #        EVAL_LIMIT (0 = all 1,319 test problems), GPU_A/GPU_B (default 0/1), LANES (default "0 1"),
 #        RL_EXTRA (overrides appended to both RL runs, e.g. "train.lr=1e-5 algo.minibatches=4"),
-#        SKIP (phase names not to run), EXTRA (a command lane 0 runs last, e.g. benchmarks on a quiet GPU)
+#        SKIP (phase names not to run), PRE (a command run on GPU A before the lanes, on quiet GPUs),
+#        EXTRA (a command lane 0 runs last, e.g. benchmarks once GPU A is free)
 set -u
 M=$1; D=$2; R=$3; mkdir -p "$R"
 RL_TIME=${RL_TIME:-600}; SFT_STEPS=${SFT_STEPS:-467}; EVAL_LIMIT=${EVAL_LIMIT:-0}
@@ -70,6 +71,7 @@ wait
 [ -e "$R/check-decode.done" ] || export R1_DECODE=sdpa
 [ -e "$R/check-sample.done" ] || export R1_SAMPLE=torch
 log "kernels: R1_DECODE=${R1_DECODE:-triton} R1_SAMPLE=${R1_SAMPLE:-triton}"
+[ -n "${PRE:-}" ] && phase pre env CUDA_VISIBLE_DEVICES=$GA bash -c "$PRE"
 case "${LANES:-0 1}" in *0*) lane0 & ;; esac
 case "${LANES:-0 1}" in *1*) lane1 & ;; esac
 wait
