@@ -28,7 +28,8 @@ for every call, training included: R1_ATTN=sdpa gives that gather+SDPA decode
 (the old behaviour), R1_ATTN=triton the kernel even where the paged torch path
 exists. With R1_ATTN=sdpa, chunks take the batched SDPA path and training
 the math path; with R1_ATTN=triton, everything but decode takes the math path.
-R1_DECODE=sdpa switches the decode step alone back to gather+SDPA.
+R1_DECODE=sdpa switches the decode step alone back to gather+SDPA, and
+R1_CHUNKS=loop sends chunks to the per-row loop (both for comparisons).
 """
 import inspect
 import os
@@ -150,7 +151,8 @@ def cache_attention(q, k_cache, v_cache, cu_q, max_q: int, rows, kv_lens, backen
         out = flash_attn_with_kvcache(q[:, None], k_cache, v_cache, cache_seqlens=kv_lens,
                                       cache_batch_idx=rows.to(torch.int32), causal=True)
         return out[:, 0]
-    if backend in ("sdpa", "flash_attn"):  # chunks (continuations): one padded SDPA call, not a loop over rows
+    if backend in ("sdpa", "flash_attn") and os.environ.get("R1_CHUNKS") != "loop":
+        # chunks (continuations): one padded SDPA call, not a loop over rows (R1_CHUNKS=loop: the loop)
         return _sdpa_chunks(q, k_cache, v_cache, cu_q, max_q, rows, kv_lens, max_kv or k_cache.shape[1])
     bounds, lens, slots = cu_q.tolist(), kv_lens.tolist(), rows.tolist()
     out = torch.empty_like(q)
