@@ -18,7 +18,7 @@
 # Example (the 2026-11-30 run used RL_TIME=540 and EXTRA="python3 bench/decode_attention.py --save;
 # python3 bench/sample.py; python3 bench/rollout.py --save"; from a copy of the repo, under setsid):
 #   PYTHONPATH=/tmp/site:. RL_TIME=600 RL_EXTRA="train.lr=1e-5 algo.minibatches=4 env.max_steps=10" \
-#     PRE="python3 bench/profile_decode.py; R1_SAMPLE=torch python3 bench/profile_decode.py" \
+#     PRE="python3 bench/rollout_multiturn.py; python3 bench/profile_decode.py; R1_SAMPLE=torch python3 bench/profile_decode.py" \
 #     setsid nohup bash bench/h200_learn.sh /root/stage/smollm2.gguf /root/stage/gsm8k /root/res &
 #   bench/h200_collect.sh /root/res . $OUT     # in later calls: progress, metrics, evals, logs
 set -u
