@@ -12,12 +12,13 @@
 #   bench/h200_learn.sh MODEL.gguf GSM8K_DIR RESULTS_DIR
 #   env: RL_TIME (seconds per RL run, default 600), SFT_STEPS (default 467 = 2 epochs of 7,473 at 32),
 #        EVAL_LIMIT (0 = all 1,319 test problems), GPU_A/GPU_B (default 0/1), LANES (default "0 1"),
-#        RL_EXTRA (overrides appended to both RL runs, e.g. "train.lr=1e-5 algo.minibatches=4"),
+#        RL_LRS (learning rates, default "3e-6"; several run side by side on each GPU, named rl-ppo-lrX),
+#        RL_EXTRA (overrides appended to every RL run, e.g. "algo.minibatches=4 env.max_steps=10"),
 #        SKIP (phase names not to run), PRE (a command run on GPU A before the lanes, on quiet GPUs),
 #        EXTRA (a command lane 0 runs last, e.g. benchmarks once GPU A is free)
 # Example (the 2026-11-30 run used RL_TIME=540 and EXTRA="python3 bench/decode_attention.py --save;
 # python3 bench/sample.py; python3 bench/rollout.py --save"; from a copy of the repo, under setsid):
-#   PYTHONPATH=/tmp/site:. RL_TIME=600 RL_EXTRA="train.lr=1e-5 algo.minibatches=4 env.max_steps=10" \
+#   PYTHONPATH=/tmp/site:. RL_TIME=600 RL_LRS="3e-6 1e-5" RL_EXTRA="algo.minibatches=4 env.max_steps=10" \
 #     PRE="python3 bench/rollout_multiturn.py; python3 bench/profile_decode.py; R1_SAMPLE=torch python3 bench/profile_decode.py" \
 #     setsid nohup bash bench/h200_learn.sh /root/stage/smollm2.gguf /root/stage/gsm8k /root/res &
 #   bench/h200_collect.sh /root/res . $OUT     # in later calls: progress, metrics, evals, logs
@@ -26,10 +27,11 @@ M=$1; D=$2; R=$3; mkdir -p "$R"
 RL_TIME=${RL_TIME:-600}; SFT_STEPS=${SFT_STEPS:-467}; EVAL_LIMIT=${EVAL_LIMIT:-0}
 GA=${GPU_A:-0}; GB=${GPU_B:-1}
 C="--config configs/gsm8k_tool.yaml data.path=$D log.progress=false"
-# RL recipe shared by PPO and GRPO: 32 prompts x 8 samples, 2 optimizer steps per iteration,
+# RL recipe shared by PPO and GRPO: 32 prompts x 8 samples, 2 optimizer steps per iteration, lr from RL_LRS,
 # held-out accuracy on the first 256 test problems every 5 iterations.
-RLARGS="rollout.prompts=32 rollout.n=8 algo.minibatches=2 train.lr=3e-6 train.critic_lr=1e-5 train.steps=1000
+RLARGS="rollout.prompts=32 rollout.n=8 algo.minibatches=2 train.critic_lr=1e-5 train.steps=1000
   train.time_limit=$RL_TIME train.checkpoint_every=1000 eval.every=5 eval.limit=256 ${RL_EXTRA:-}"
+LRS=${RL_LRS:-3e-6}
 
 log() { echo "$(date +%H:%M:%S) $*" | tee -a "$R/progress.txt"; }
 phase() {  # name command...: run once, mark done on success
@@ -46,14 +48,22 @@ ev() {  # gpu model name
     eval.out="$R/eval-$3" && tail -1 "$R/eval-$3.log" > "$R/eval-$3.json"
 }
 wait_for() { while [ ! -e "$R/$1.done" ]; do [ -e "$R/$1.failed" ] && return 1; sleep 5; done; }
+rl() {  # gpu name advantage: one run per learning rate in RL_LRS, side by side on that GPU, then their evals
+  local g=$1 name=$2 adv=$3 lr tag
+  for lr in $LRS; do
+    tag=$name; [ "$(echo $LRS | wc -w)" -gt 1 ] && tag=$name-lr$lr
+    ( phase $tag env CUDA_VISIBLE_DEVICES=$g python3 train.py $C model.path="$R/sft/hf" run.dir="$R/$tag" \
+        algo.advantage=$adv train.lr=$lr $RLARGS && ev $g "$R/$tag/hf" $tag ) &
+  done
+  wait
+}
 
 lane0() {
   ev $GA "$M" base
   phase gpu-tests env CUDA_VISIBLE_DEVICES=$GA python3 -m pytest -q -m gpu tests -p no:cacheprovider
   phase logprob-gap env CUDA_VISIBLE_DEVICES=$GA python3 bench/logprob_gap.py --save
   wait_for sft || { log "lane0: SFT failed, no PPO"; return 1; }
-  phase rl-ppo env CUDA_VISIBLE_DEVICES=$GA python3 train.py $C model.path="$R/sft/hf" run.dir="$R/rl-ppo" \
-    algo.advantage=step_gae $RLARGS && ev $GA "$R/rl-ppo/hf" rl-ppo
+  rl $GA rl-ppo step_gae
   [ -n "${EXTRA:-}" ] && phase extra env CUDA_VISIBLE_DEVICES=$GA bash -c "$EXTRA"
 }
 lane1() {
@@ -61,8 +71,7 @@ lane1() {
     train.steps=$SFT_STEPS train.lr=5e-5 train.warmup=20 train.schedule=cosine train.checkpoint_every=100000 \
     || { touch "$R/sft.failed"; return 1; }
   ev $GB "$R/sft/hf" sft
-  phase rl-grpo env CUDA_VISIBLE_DEVICES=$GB python3 train.py $C model.path="$R/sft/hf" run.dir="$R/rl-grpo" \
-    algo.advantage=grpo $RLARGS && ev $GB "$R/rl-grpo/hf" rl-grpo
+  rl $GB rl-grpo grpo
 }
 
 rm -f "$R/sft.failed"
