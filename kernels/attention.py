@@ -19,8 +19,9 @@ fp16/bf16), else a math path that loops over sequences with SDPA. The math
 path is the reference the tests compare the others with; it needs host
 sync (lengths as Python ints), which is fine on the CPU.
 
-Decode (one query per row) where `varlen_attn` cannot read a cache (torch
-2.11 has no seqused_k/block_table) and flash_attn is absent: the Triton
+Decode (one query per row) where `varlen_attn` does not read the cache
+(torch 2.11 has no seqused_k/block_table; on newer torch the paged path is
+opt-in with R1_PAGED=1, untested on a GPU) and flash_attn is absent: the Triton
 kernel of kernels/triton_decode.py reads each row's valid keys in place.
 Without triton it falls back to `_sdpa_decode`, which gathers every row's
 whole slot (all L positions) per layer per step. R1_ATTN forces a backend
@@ -56,7 +57,9 @@ except ImportError:  # pragma: no cover - depends on the machine
 # torch's varlen_attn gained seqused_k/block_table (KV-cache reads) after 2.10; older ones cannot read a cache.
 _PARAMS = inspect.signature(varlen_attn).parameters if varlen_attn is not None else {}
 GQA = "enable_gqa" in _PARAMS  # torch 2.11's varlen_attn lacks it: K/V heads are repeated instead
-PAGED = "block_table" in _PARAMS and GQA
+# Reading the cache through varlen_attn's block table (one page per slot) is opt-in, R1_PAGED=1, until it
+# has been checked on a GPU: the Triton decode kernel and the batched chunk path have been (torch 2.11).
+PAGED = "block_table" in _PARAMS and GQA and os.environ.get("R1_PAGED") == "1"
 
 
 def _disable_paged():
