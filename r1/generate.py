@@ -143,8 +143,8 @@ def sample(logits, s: Sampling, seeds=None, positions=None, use_triton=None):
     top_k == 0, top_p == 1, kernels/triton_sample.py computes the same tokens
     in one pass over the logits, in their own dtype (tests/test_sample_kernel.py).
     """
-    if (use_triton is not False and os.environ.get("R1_SAMPLE") != "torch" and triton_sample is not None and logits.is_cuda and seeds is not None
-            and s.top_k <= 0 and s.top_p >= 1.0):
+    if (use_triton is not False and triton_sample is not None and logits.is_cuda and seeds is not None
+            and s.top_k <= 0 and s.top_p >= 1.0 and os.environ.get("R1_SAMPLE") != "torch"):
         return triton_sample.sample(logits, s.temperature, seeds, positions)
     logits = logits.float()
     if s.temperature <= 0:
@@ -280,13 +280,10 @@ class Generator:
         last_hidden = {}
         while todo:
             batch, budget = [], self.prefill_tokens
-            first = next(r for r in starts if id(r) in todo)
-            kind = todo[id(first)] == 0
+            fresh = next(todo[id(r)] for r in starts if id(r) in todo) == 0  # this batch's kind
             for r in starts:
-                if id(r) in todo and (todo[id(r)] == 0) != kind:
-                    continue
                 done = todo.get(id(r))
-                if done is None or budget <= 0:
+                if done is None or (done == 0) != fresh or budget <= 0:
                     continue
                 take = min(len(r.prompt) - done, budget)
                 batch.append((r, done, take))

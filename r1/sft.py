@@ -11,10 +11,8 @@ the forced newline after it and the tool turn rendered incrementally (mask
 The run folder is the RL trainer's (config.yaml, metrics.jsonl, tensorboard,
 checkpoints/, hf/); `model.path=RUN_DIR/hf` starts RL from it.
 """
-import functools
 import math
 import os
-import random
 import time
 import warnings
 
@@ -24,7 +22,7 @@ from r1 import checkpoint, distributed
 from r1.logger import Logger
 from r1.packing import split_by_tokens
 from r1.tasks import gsm8k, synthetic
-from r1.tasks.data import load_rows
+from r1.tasks.data import epoch_order, load_rows
 from r1.trainer import build_model, check_run_dir, create_run_dir, lr_lambda, run_tokenizer
 
 
@@ -153,15 +151,8 @@ def _batch(examples, step, B, seed):
     out = []
     for k in range(step * B, (step + 1) * B):
         epoch, j = divmod(k, len(examples))
-        out.append(examples[_perm(len(examples), seed, epoch)[j]])
+        out.append(examples[epoch_order(len(examples), f"sft:{seed}:{epoch}")[j]])
     return out
-
-
-@functools.lru_cache(maxsize=4)
-def _perm(n: int, seed, epoch: int) -> list:
-    perm = list(range(n))
-    random.Random(f"sft:{seed}:{epoch}").shuffle(perm)
-    return perm
 
 
 def _collate(group, device):

@@ -19,10 +19,8 @@ One iteration:
 Prompts are dealt to ranks whole: the n samples of a prompt (a group) are
 generated and scored on one rank.
 """
-import functools
 import math
 import os
-import random
 import time
 import warnings
 
@@ -38,7 +36,7 @@ from r1.logger import Logger
 from r1.model import Transformer, tiny_config
 from r1.packing import collate, filler, sequences, split_by_tokens, step_order
 from r1.rollout import AgentEnvLoop
-from r1.tasks.data import load_rows
+from r1.tasks.data import epoch_order, load_rows
 from r1.tokenizer import load_tokenizer
 from r1.trajectory import iter_path, save as save_trajs
 
@@ -181,14 +179,8 @@ class Trainer:
         idx = []
         for k in range(it * P, (it + 1) * P):
             epoch, j = divmod(k, len(rows))
-            idx.append(self._epoch_order(epoch)[j])
+            idx.append(epoch_order(len(rows), f"{self.cfg.run.seed}:{epoch}")[j])
         return [rows[i] for i in idx[self.d.rank::self.d.world]]
-
-    @functools.lru_cache(maxsize=2)
-    def _epoch_order(self, epoch: int) -> list:
-        perm = list(range(len(self.train_rows)))
-        random.Random(f"{self.cfg.run.seed}:{epoch}").shuffle(perm)
-        return perm
 
     def sync_rollout_weights(self):
         if self.shared_rollout:
@@ -448,8 +440,8 @@ class Trainer:
                     metrics.update({f"eval_{k}": v for k, v in res.items() if isinstance(v, (int, float))})
                 self.logger.log(it + 1, metrics)
                 # stop on the slowest clock (max over ranks), so every rank leaves the loop together
-                out_of_time = bool(distributed.all_max(
-                    float(cfg.train.time_limit > 0 and time.time() - t0 >= cfg.train.time_limit), self.d))
+                out_of_time = cfg.train.time_limit > 0 and bool(distributed.all_max(
+                    float(time.time() - t0 >= cfg.train.time_limit), self.d))
                 if (it + 1) % cfg.train.checkpoint_every == 0 or it + 1 == cfg.train.steps or out_of_time:
                     checkpoint.save(cfg.run.dir, it + 1, self.models, self.optims, self.scheds,
                                     {"iteration": it + 1}, self.d)
