@@ -262,7 +262,7 @@ BOUNDS = {
     "algo.ppo_epochs": (1, None), "algo.minibatches": (1, None),
     "train.steps": (0, None), "train.lr": (0.0, None), "train.critic_lr": (0.0, None), "train.warmup": (0, None),
     "train.weight_decay": (0.0, None), "train.grad_clip": (0.0, None), "train.micro_tokens": (1, None),
-    "train.sft_batch": (1, None), "train.checkpoint_every": (1, None),
+    "train.sft_batch": (1, None), "train.checkpoint_every": (1, None), "train.time_limit": (0.0, None),
     "eval.every": (0, None), "eval.limit": (0, None), "eval.n": (1, None), "eval.temperature": (0.0, None),
 }
 

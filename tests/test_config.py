@@ -175,6 +175,7 @@ def test_choices_name_the_options(tmp_path):
     (["data.level=99"], "data.level", "[1, 8]"), (["env.tools=calc"], "env.tools", "calculator"),
     (["data.task=gsm8k"], "data.path", "gsm8k"), (["rollout.max_new_tokens=4096"], "rollout.max_new_tokens", "max_context"),
     (["rollout.n=1", "algo.advantage=grpo"], "rollout.n", ">= 2"),
+    (["train.time_limit=-5"], "train.time_limit", ">= 0"),
 ])
 def test_out_of_range_values_name_key_and_rule(overrides, key, expected):
     msg = error(None, overrides)
