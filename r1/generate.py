@@ -41,6 +41,7 @@ batch-size bucket is captured once and replayed (padding rows go to the
 scratch slot).
 """
 import hashlib
+import heapq
 import os
 from dataclasses import dataclass, field
 
@@ -192,8 +193,11 @@ class Generator:
         self.sync_every = sync_every or (16 if self.device.type == "cuda" else 1)
         self.prefill_tokens = prefill_tokens
         self.queue: list = []  # (key, prompt, max_new)
+        self.queued: set = set()  # keys in the queue
         self.running: dict = {}  # slot -> _Row
         self.owner: dict = {}  # key -> slot
+        self.free = list(range(slots))  # a min-heap of slots no key holds: lowest first
+        self.waiting_new = 0  # queued keys that hold no slot yet
         self.cached: dict = {}  # slot -> ids whose KV is in the cache
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
         self.graphs: dict = {}
@@ -212,21 +216,26 @@ class Generator:
                              f"({self.max_len} positions); raise rollout.cache_len or shorten the context")
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        if key in {q[0] for q in self.queue} or any(r.key == key for r in self.running.values()):
+        if key in self.queued or self.owner.get(key, -1) in self.running:
             raise ValueError(f"request {key!r} is already queued or running")
         self.queue.append((key, prompt, max_new_tokens))
+        self.queued.add(key)
+        self.waiting_new += key not in self.owner
 
     def release(self, key):
         """Free the slot of a finished episode."""
+        if key in self.queued or self.owner.get(key, -1) in self.running:
+            raise ValueError(f"request {key!r} is still queued or running; release it once it has finished")
         slot = self.owner.pop(key, None)
         if slot is not None:
             self.cached.pop(slot, None)
+            heapq.heappush(self.free, slot)
 
     def busy(self) -> bool:
         return bool(self.queue or self.running)
 
     def free_slots(self) -> int:
-        return self.slots - len(self.owner) - sum(1 for q in self.queue if q[0] not in self.owner)
+        return len(self.free) - self.waiting_new
 
     @torch.no_grad()
     def generate(self, prompts, max_new_tokens: int, sampling: Sampling | None = None) -> list[Completion]:
@@ -260,12 +269,13 @@ class Generator:
         for key, prompt, max_new in self.queue:
             slot = self.owner.get(key)
             if slot is None:
-                free = [s for s in range(self.slots) if s not in self.owner.values()]
-                if not free:
+                if not self.free:
                     waiting.append((key, prompt, max_new))
                     continue
-                slot = free[0]
+                slot = heapq.heappop(self.free)
                 self.owner[key] = slot
+                self.waiting_new -= 1
+            self.queued.discard(key)
             cached = self.cached.get(slot, [])
             keep = len(cached) if prompt[: len(cached)] == cached and len(cached) < len(prompt) else 0
             row = _Row(key, slot, prompt, min(max_new, self.max_len - len(prompt)), pos=keep, seed=self._row_seed(key))

@@ -211,3 +211,34 @@ def test_row_noise_is_exponential():
     assert q.shape == (64, 4096) and (q > 0).all()
     assert abs(q.mean().item() - 1.0) < 0.02 and abs(q.var().item() - 1.0) < 0.05
     assert not torch.equal(q, row_noise(torch.arange(64), torch.full((64,), 6), 4096))
+
+
+def test_slot_bookkeeping_many_requests():
+    """Slots: lowest free first, reused after release, free_slots() counts queued newcomers, and a
+    running or queued key cannot be released. Admitting thousands of requests stays linear (the
+    old free-slot scan was quadratic in the slot count)."""
+    import time
+
+    model = tiny()
+    gen = Generator(model, slots=3000, max_len=8)
+    assert gen.free_slots() == 3000
+    t = time.perf_counter()
+    for i in range(3000):
+        gen.submit(i, [1, 2], 1)
+    assert gen.free_slots() == 0
+    gen._admit()
+    assert time.perf_counter() - t < 5.0
+    assert [gen.owner[i] for i in (0, 1, 2999)] == [0, 1, 2999]
+    with pytest.raises(ValueError, match="still queued or running"):
+        gen.release(5)
+    with pytest.raises(ValueError, match="already queued or running"):
+        gen.submit(5, [1, 2, 3], 1)
+    gen.running.clear()  # as if every row had finished
+    gen.release(7)
+    gen.release(3)
+    assert gen.free_slots() == 2
+    gen.submit("a", [4], 1)
+    gen.submit(8, [1, 2, 5], 1)  # a key that keeps its slot takes no free one
+    assert gen.free_slots() == 1
+    gen._admit()
+    assert gen.owner["a"] == 3 and gen.owner[8] == 8 and gen.free_slots() == 1
