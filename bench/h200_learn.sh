@@ -3,7 +3,7 @@
 #
 # Two lanes run side by side, one per GPU, so PPO and GRPO get the same hardware and time:
 #   first: the GPU tests of the Triton decode/sampling kernels (a failure turns that kernel off)
-#   lane 0: base eval -> GPU tests + logprob-gap bench -> (after SFT) RL step-level PPO -> eval -> EXTRA
+#   lane 0: base eval -> GPU tests + logprob-gap bench -> BENCH -> (after SFT) RL step-level PPO -> eval -> EXTRA
 #   lane 1: SFT on GSM8K expert calculator chats -> eval -> RL GRPO -> eval
 # then the 2-GPU FSDP run of configs/gsm8k_tool.yaml and the quickstart on one GPU.
 # Every phase writes $R/<phase>.done when it succeeds and is skipped when that file exists, so the
@@ -15,7 +15,8 @@
 #        RL_LRS (learning rates, default "3e-6"; several run side by side on each GPU, named rl-ppo-lrX),
 #        RL_EXTRA (overrides appended to every RL run, e.g. "algo.minibatches=4 env.max_steps=10"),
 #        SKIP (phase names not to run), PRE (a command run on GPU A before the lanes, on quiet GPUs),
-#        EXTRA (a command lane 0 runs last, e.g. benchmarks once GPU A is free)
+#        BENCH (a command lane 0 runs on GPU A while SFT trains on GPU B), EXTRA (a command lane 0 runs last,
+#        e.g. benchmarks once GPU A is free)
 # Example (the 2026-11-30 run used RL_TIME=540 and EXTRA="python3 bench/decode_attention.py --save;
 # python3 bench/sample.py; python3 bench/rollout.py --save"; from a copy of the repo, under setsid):
 #   PYTHONPATH=/tmp/site:. RL_TIME=600 RL_LRS="3e-6 1e-5" RL_EXTRA="algo.minibatches=4 env.max_steps=10" \
@@ -62,6 +63,7 @@ lane0() {
   ev $GA "$M" base
   phase gpu-tests env CUDA_VISIBLE_DEVICES=$GA python3 -m pytest -q -m gpu tests -p no:cacheprovider
   phase logprob-gap env CUDA_VISIBLE_DEVICES=$GA python3 bench/logprob_gap.py --save
+  [ -n "${BENCH:-}" ] && phase bench env CUDA_VISIBLE_DEVICES=$GA bash -c "$BENCH"
   wait_for sft || { log "lane0: SFT failed, no PPO"; return 1; }
   rl $GA rl-ppo step_gae
   [ -n "${EXTRA:-}" ] && phase extra env CUDA_VISIBLE_DEVICES=$GA bash -c "$EXTRA"

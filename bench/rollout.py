@@ -7,7 +7,8 @@ measurement: new tokens/s for both, the ratio, and our fraction of the
 roofline of the decode phase (weights + KV bytes read per step over the
 measured copy bandwidth, FLOPs over the measured bf16 matmul rate).
 
-    python bench/rollout.py [--models 3b,135m] [--batches 64,256] [--save] [--no-peer]
+    python bench/rollout.py [--models 3b,135m] [--batches 64,256] [--save [PATH]] [--no-peer]
+    R1_COMPILE=1 python bench/rollout.py ...   # with the fused elementwise ops (r1/model.py compile_ops)
 """
 import argparse
 import datetime
@@ -124,13 +125,16 @@ def main():
     p.add_argument("--prompt", type=int, default=256)
     p.add_argument("--new", type=int, default=256)
     p.add_argument("--no-peer", action="store_true")
-    p.add_argument("--save", action="store_true")
+    p.add_argument("--save", nargs="?", const="bench/results/rollout_h200.json", default=None,
+                   help="write the results as JSON (default path bench/results/rollout_h200.json)")
     a = p.parse_args()
     import transformers
 
     bw, peak = measure_ceilings()
     env = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "transformers": transformers.__version__,
-           "date": datetime.date.today().isoformat(), "copy_bw_GBps": round(bw / 1e9), "bf16_tflops": round(peak / 1e12)}
+           "date": datetime.date.today().isoformat(), "copy_bw_GBps": round(bw / 1e9), "bf16_tflops": round(peak / 1e12),
+           "sample_path": os.environ.get("R1_SAMPLE", "triton"), "decode_attention": os.environ.get("R1_DECODE", "triton"),
+           "compiled_ops": os.environ.get("R1_COMPILE") == "1"}
     print(json.dumps({"name": "ceilings", **env}), flush=True)
     results = []
     for m in a.models.split(","):
@@ -148,8 +152,8 @@ def main():
             print(json.dumps(r), flush=True)
             results.append(r)
     if a.save:
-        os.makedirs("bench/results", exist_ok=True)
-        with open("bench/results/rollout_h200.json", "w") as f:
+        os.makedirs(os.path.dirname(a.save) or ".", exist_ok=True)
+        with open(a.save, "w") as f:
             json.dump(results, f, indent=1)
 
 

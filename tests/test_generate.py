@@ -181,6 +181,27 @@ def test_gpu_graph_decode_matches_eager():
     assert [c.token_ids for c in eager] == [c.token_ids for c in graphed]
 
 
+@pytest.mark.gpu
+def test_gpu_compiled_ops_graph_decode_matches_eager():
+    """R1_COMPILE=1's fused ops inside the captured decode graph: the greedy tokens of eager ops, and sampled
+    logprobs within bf16 rounding of them."""
+    from r1.model import compile_ops
+
+    torch.manual_seed(0)
+    model = Transformer(tiny_config("qwen2", vocab_size=256)).cuda().to(torch.bfloat16).eval()
+    prompts = [[1, 2, 3], [4, 5, 6, 7, 8], [9]]
+    s = Sampling(temperature=1.0, seed=3)
+    eager = Generator(model, 4, 64, cuda_graphs=True).generate(prompts, 16, s)
+    try:
+        compile_ops()
+        fused = Generator(model, 4, 64, cuda_graphs=True).generate(prompts, 16, s)
+    finally:
+        compile_ops(False)
+    assert [c.token_ids for c in eager] == [c.token_ids for c in fused]
+    gap = max(abs(a - b) for e, f in zip(eager, fused) for a, b in zip(e.logprobs, f.logprobs))
+    assert gap < 0.05
+
+
 def test_sampling_does_not_depend_on_batch_composition():
     """Counter-based noise: each request's sample is a function of (seed, key, position), not of its neighbours."""
     model = tiny()

@@ -96,3 +96,27 @@ def test_autocast_training_forward_runs_in_one_dtype_and_stays_close():
     (logp.sum() + ent.sum()).backward()
     assert m.model.embed_tokens.weight.grad.dtype == torch.float32
     assert torch.isfinite(m.model.embed_tokens.weight.grad).all()
+
+
+def test_compiled_ops_match_eager():
+    """compile_ops() (R1_COMPILE=1) fuses RMSNorm, RoPE and SwiGLU: same logits and gradients as eager."""
+    from r1.model import OPS, compile_ops, pack, rms_norm, tiny_config
+
+    torch.manual_seed(0)
+    model = Transformer(tiny_config("qwen3", tie=False))
+    ids, pos, cu, mx = pack([[1, 2, 3, 4, 5], [6, 7, 8]])
+    ref = model(ids, pos, cu, mx)
+    ref.square().mean().backward()
+    ref_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    try:
+        compile_ops()
+        assert OPS.rms_norm is not rms_norm
+        out = model(ids, pos, cu, mx)
+        out.square().mean().backward()
+    finally:
+        compile_ops(False)
+    assert OPS.rms_norm is rms_norm
+    assert (out - ref).abs().max() < 1e-5
+    for p, g in zip(model.parameters(), ref_grads):
+        assert (p.grad - g).abs().max() < 1e-5
