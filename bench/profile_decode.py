@@ -23,6 +23,7 @@ import sys
 from collections import defaultdict
 
 import torch
+from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -85,8 +86,12 @@ def main():
     def totals(pr):
         out = defaultdict(float)
         for e in pr.key_averages():
+            # GPU: only the device's own events (kernels, copies). A CPU op (aten::mul) also carries the
+            # device time of the kernels it launched, so counting it too would count those kernels twice.
+            if cuda and e.device_type != DeviceType.CUDA:
+                continue
             t = e.device_time_total if cuda else e.self_cpu_time_total  # microseconds
-            if t > 0 and (cuda or e.self_cpu_time_total > 0):
+            if t > 0:
                 out[e.key] += t
         return out
 

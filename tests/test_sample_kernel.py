@@ -134,9 +134,10 @@ def check_sample(device, dtype, b, vocab, exact, scale=4.0, seed=0):
         # z - lse of values near |z| cannot be closer than a few fp32 ulps of |z| (peaked logits: |z| ~ 300)
         tol = 1e-5 + 4 * torch.finfo(torch.float32).eps * z.abs().max().item()
         assert (lp.double() - exact_lp).abs().max().item() <= tol, t
-        # torch's fp32 log_softmax on CPU is itself ~1e-5 off at V=152k; on CUDA both are ~1e-6 off
+        # torch's fp32 log_softmax on CPU is itself ~1e-5 off at V=152k; on CUDA both are ~1e-6 off, but
+        # both can be a few ulps of |z| off the exact value (1.4e-5 measured on the H200 at |z| ~ 430)
         same = tok == want_tok
-        assert (lp[same] - want_lp[same]).abs().max().item() <= (1e-5 if exact else 3e-5), t
+        assert (lp[same] - want_lp[same]).abs().max().item() <= max(1e-5 if exact else 3e-5, 2 * tol), t
 
 
 def check_all_interpreted():
