@@ -370,7 +370,9 @@ class Trainer:
                         ok = ok and bool(torch.isfinite(vl))
                         vl.backward()
                         vl_sum += float(vl.detach())
+                        vm.pop("explained_variance")  # a ratio per micro-batch: computed over the iteration below
                         _accumulate(mstats, vm, vmask.sum())
+                        _accumulate(mstats, _value_moments(vpred, vtgt, vmask), vmask.sum())
                 for _ in range(n_fill):
                     self.filler_backward(T)
                 # each rank's loss is world x its share of the global loss (FSDP averages gradients), so the
@@ -385,6 +387,8 @@ class Trainer:
                 else:
                     skipped += 1
         out = _reduce_stats(stats, self.d)
+        if "ev_t" in out:
+            out["explained_variance"] = _explained_variance(*(out.pop(k) for k in ("ev_t", "ev_t2", "ev_r", "ev_r2")))
         out["skipped_updates"] = float(skipped)
         return out
 
@@ -491,6 +495,25 @@ def _accumulate(stats: dict, metrics: dict, weight):
         v = float(v.detach()) if torch.is_tensor(v) else float(v)
         tot, cnt = stats.get(k, (0.0, 0.0))
         stats[k] = (tot + v * w, cnt + w)
+
+
+def _value_moments(pred, target, mask) -> dict:
+    """Means of the return and of the critic's residual, and of their squares, over a micro-batch's
+    valid positions: weighted by counts and summed over micro-batches and ranks, they give the
+    explained variance of the whole iteration. A mean of per-micro-batch ratios would not: a
+    micro-batch whose returns barely vary (no success in it) gives a huge negative ratio."""
+    keep = mask.bool()
+    t = target.detach().double()[keep]
+    r = t - pred.detach().double()[keep]
+    if t.numel() == 0:
+        return {}
+    return {"ev_t": t.mean(), "ev_t2": (t * t).mean(), "ev_r": r.mean(), "ev_r2": (r * r).mean()}
+
+
+def _explained_variance(t, t2, r, r2) -> float:
+    """1 - Var[residual] / Var[return] from the moments of _value_moments; 0 when returns are constant."""
+    var_t, var_r = t2 - t * t, r2 - r * r
+    return 1.0 - var_r / var_t if var_t > 1e-12 else 0.0
 
 
 def _reduce_stats(stats: dict, d) -> dict:

@@ -167,3 +167,28 @@ def test_two_processes_match_one(tmp_path, tok_dir):
     wb = load_file(os.path.join(two, "hf", "model.safetensors"))
     for k in wa:
         assert (wa[k] - wb[k]).abs().max() < 1e-5, k
+
+
+def test_explained_variance_is_over_the_iteration_not_a_mean_of_micro_batches():
+    """The trainer sums count-weighted moments over micro-batches; the result equals the float64
+    explained variance of all positions at once, which a mean of per-micro-batch ratios misses
+    (a micro-batch without a success has nearly constant returns and a huge negative ratio)."""
+    from r1.algos.losses import explained_variance
+    from r1.trainer import _accumulate, _explained_variance, _value_moments
+
+    g = torch.Generator().manual_seed(0)
+    target = (torch.rand(300, generator=g) < 0.05).double()
+    target[40:100] = 0.0  # a micro-batch without a success: its lambda-returns barely vary
+    target = target + 0.002 * torch.randn(300, generator=g, dtype=torch.float64)
+    pred = 0.05 + 0.02 * torch.randn(300, generator=g, dtype=torch.float64) + 0.5 * target
+    mask = torch.rand(300, generator=g) < 0.9
+    stats, ratios = {}, []
+    for lo, hi in [(0, 40), (40, 100), (100, 101), (101, 300)]:
+        _accumulate(stats, _value_moments(pred[lo:hi], target[lo:hi], mask[lo:hi]), mask[lo:hi].sum())
+        ratios.append(float(explained_variance(pred[lo:hi], target[lo:hi], mask[lo:hi])))
+    m = {k: tot / cnt for k, (tot, cnt) in stats.items()}
+    ev = _explained_variance(m["ev_t"], m["ev_t2"], m["ev_r"], m["ev_r2"])
+    want = float(explained_variance(pred, target, mask))
+    assert abs(ev - want) < 1e-9 and want > 0.5
+    assert min(ratios) < 0  # what the per-micro-batch mean used to average in
+    assert _explained_variance(0.0, 0.0, 0.1, 0.02) == 0.0  # constant returns
