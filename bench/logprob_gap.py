@@ -39,7 +39,7 @@ def main():
     for n, w in trainer_model.named_parameters():  # small init: a realistic, non-degenerate distribution
         if w.dim() == 2:
             torch.nn.init.normal_(w, std=0.02)
-    rollout = Transformer(cfg).to("cuda", torch.bfloat16).eval()
+    rollout = Transformer(cfg).to("cuda", torch.bfloat16).eval().requires_grad_(False)  # as the trainer's copy
     rollout.load_state_dict(trainer_model.state_dict())
     prompts = torch.randint(100, cfg.vocab_size - 100, (a.batch, a.prompt)).tolist()
     gen = Generator(rollout, a.batch, a.prompt + a.new + 8, cuda_graphs=True)

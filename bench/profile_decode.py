@@ -66,7 +66,7 @@ def main():
     cfg = SHAPES[name]
     torch.manual_seed(0)
     with torch.device(dev):
-        model = Transformer(cfg).to(torch.bfloat16 if cuda else torch.float32).eval()
+        model = Transformer(cfg).to(torch.bfloat16 if cuda else torch.float32).eval().requires_grad_(False)
     prompts = torch.randint(100, cfg.vocab_size - 100, (a.batch, a.prompt)).tolist()
     gen = Generator(model, slots=a.batch, max_len=a.prompt + a.new + 8, cuda_graphs=cuda and not a.eager,
                     sync_every=32)
@@ -108,6 +108,7 @@ def main():
            "cuda_graphs": cuda and not a.eager, "sample_path": os.environ.get("R1_SAMPLE", "triton") if cuda else "torch",
            "decode_attention": os.environ.get("R1_DECODE", "triton") if cuda else "math",
            "compiled_ops": os.environ.get("R1_COMPILE") == "1",
+           "fused_projections": cuda and os.environ.get("R1_FUSE") != "0",
            "ms_per_step_total": round(sum(by_kind.values()), 3),
            "ms_per_step_by_kind": {k: round(v, 3) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
            "top_kernels_ms_per_step": [[k[:90], round(v, 4)] for k, v in top],

@@ -61,7 +61,7 @@ def measure_ceilings():
 def ours(cfg, batch, prompt_len, new, seed=0):
     torch.manual_seed(seed)
     with torch.device("cuda"):
-        model = Transformer(cfg).to(torch.bfloat16).eval()
+        model = Transformer(cfg).to(torch.bfloat16).eval().requires_grad_(False)  # generation only: fused projections
     prompts = torch.randint(100, cfg.vocab_size - 100, (batch, prompt_len)).tolist()
     gen = Generator(model, slots=batch, max_len=prompt_len + new + 8, cuda_graphs=os.environ.get("R1_GRAPHS", "1") == "1", sync_every=32)
     s = Sampling(temperature=1.0, seed=seed)
@@ -134,7 +134,7 @@ def main():
     env = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "transformers": transformers.__version__,
            "date": datetime.date.today().isoformat(), "copy_bw_GBps": round(bw / 1e9), "bf16_tflops": round(peak / 1e12),
            "sample_path": os.environ.get("R1_SAMPLE", "triton"), "decode_attention": os.environ.get("R1_DECODE", "triton"),
-           "compiled_ops": os.environ.get("R1_COMPILE") == "1"}
+           "compiled_ops": os.environ.get("R1_COMPILE") == "1", "fused_projections": os.environ.get("R1_FUSE") != "0"}
     print(json.dumps({"name": "ceilings", **env}), flush=True)
     results = []
     for m in a.models.split(","):

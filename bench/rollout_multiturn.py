@@ -90,7 +90,7 @@ def main():
     if cuda:
         cfg = SHAPES[a.model]
         with torch.device("cuda"):
-            model = Transformer(cfg).to(torch.bfloat16).eval()
+            model = Transformer(cfg).to(torch.bfloat16).eval().requires_grad_(False)  # generation only: fused projections
     else:
         a.episodes, a.prompt, a.turns, a.new, a.obs = min(a.episodes, 6), min(a.prompt, 12), min(a.turns, 3), \
             min(a.new, 6), min(a.obs, 4)

@@ -38,7 +38,9 @@ exactly, and the same key samples the same tokens on 1 or 8 GPUs.
 
 CUDA graphs: on CUDA with `cuda_graphs=True`, the decode forward for each
 batch-size bucket is captured once and replayed (padding rows go to the
-scratch slot).
+scratch slot). A model without gradients on CUDA gets fused q/k/v and
+gate/up matmuls (r1/model.py fuse_projections; `fuse=False` or R1_FUSE=0
+keeps them separate); its parameters and state_dict stay the same.
 """
 import hashlib
 import heapq
@@ -47,7 +49,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from r1.model import CacheStep, KVCache, Transformer
+from r1.model import CacheStep, KVCache, Transformer, fuse_projections
 
 try:  # Triton is optional: absent in the CPU build of torch
     from kernels import triton_sample
@@ -174,7 +176,7 @@ def sample(logits, s: Sampling, seeds=None, positions=None, use_triton=None):
 class Generator:
     def __init__(self, model: Transformer, slots: int, max_len: int, stop_ids=(), stop_strings=(), decode=None,
                  sampling: Sampling | None = None, sync_every: int | None = None, prefill_tokens: int = 8192,
-                 cuda_graphs: bool = False):
+                 cuda_graphs: bool = False, fuse: bool | None = None):
         if max_len < 2 or slots < 1 or prefill_tokens < 1:
             raise ValueError(f"generator needs slots >= 1, max_len >= 2 and prefill_tokens >= 1, got slots={slots} "
                              f"max_len={max_len} prefill_tokens={prefill_tokens}")
@@ -201,6 +203,11 @@ class Generator:
         self.cached: dict = {}  # slot -> ids whose KV is in the cache
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
         self.graphs: dict = {}
+        if fuse is None:  # a generation-only model on the GPU (R1_FUSE=0: keep separate projections)
+            fuse = (self.device.type == "cuda" and not any(q.requires_grad for q in model.parameters())
+                    and os.environ.get("R1_FUSE") != "0")
+        if fuse:
+            fuse_projections(model)
 
     # -- public API --------------------------------------------------------
     def set_sampling(self, s: Sampling):

@@ -132,6 +132,12 @@ def apply_rope(x, cos, sin):
     return x * cos[:, None, :] + rotated * sin[:, None, :]
 
 
+def add_rms_norm(x, delta, weight, eps: float):
+    """The residual add and the next RMSNorm: (x + delta, rms_norm(x + delta)), one kernel when compiled."""
+    x = x + delta
+    return x, rms_norm(x, weight, eps)
+
+
 def rope_qk(q, k, cos, sin, dtype):
     """RoPE on queries and keys, cast to the attention dtype (under autocast they follow the fp32 tables)."""
     return apply_rope(q, cos, sin).to(dtype), apply_rope(k, cos, sin).to(dtype)
@@ -143,11 +149,11 @@ def swiglu(gate, up):
 
 # The elementwise ops of a layer, looked up at call time so `compile_ops()` can swap in fused versions
 # for the whole process: the generator and the trainer then run the same kernels, as before.
-OPS = SimpleNamespace(rms_norm=rms_norm, rope_qk=rope_qk, swiglu=swiglu)
+OPS = SimpleNamespace(rms_norm=rms_norm, add_rms_norm=add_rms_norm, rope_qk=rope_qk, swiglu=swiglu)
 
 
 def compile_ops(on: bool = True):
-    """Fuse each elementwise op (RMSNorm, RoPE, SwiGLU) into one kernel with torch.compile.
+    """Fuse each elementwise op (RMSNorm, add + RMSNorm, RoPE, SwiGLU) into one kernel with torch.compile.
 
     Eager, a layer launches ~35 kernels, most of them tiny elementwise ones;
     inside a captured decode graph each still costs a few microseconds of GPU
@@ -159,7 +165,8 @@ def compile_ops(on: bool = True):
 
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
     wrap = torch.compile if on else (lambda f: f)
-    OPS.rms_norm, OPS.rope_qk, OPS.swiglu = wrap(rms_norm), wrap(rope_qk), wrap(swiglu)
+    OPS.rms_norm, OPS.add_rms_norm = wrap(rms_norm), wrap(add_rms_norm)
+    OPS.rope_qk, OPS.swiglu = wrap(rope_qk), wrap(swiglu)
 
 
 @dataclass
@@ -206,12 +213,18 @@ class Attention(nn.Module):
         if cfg.qk_norm:
             self.q_norm = RMSNorm(d, cfg.rms_eps)
             self.k_norm = RMSNorm(d, cfg.rms_eps)
+        self.fused = None  # (weight, bias) holding q/k/v_proj as views: see fuse_projections
 
     def forward(self, x, cos, sin, packed, cache_kv=None, step: CacheStep | None = None, positions=None):
         n, cfg = x.shape[0], self.cfg
-        q = self.q_proj(x).view(n, cfg.num_heads, cfg.head_dim)
-        k = self.k_proj(x).view(n, cfg.num_kv_heads, cfg.head_dim)
-        v = self.v_proj(x).view(n, cfg.num_kv_heads, cfg.head_dim)
+        nq, nkv = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+        if _fused_live(self.fused, self.q_proj):
+            q, k, v = F.linear(x, *self.fused).split([nq, nkv, nkv], dim=-1)
+        else:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        q = q.view(n, cfg.num_heads, cfg.head_dim)
+        k = k.view(n, cfg.num_kv_heads, cfg.head_dim)
+        v = v.view(n, cfg.num_kv_heads, cfg.head_dim)
         if cfg.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         # Under autocast the projections are bf16 but RoPE tables follow the fp32 residual stream;
@@ -239,9 +252,58 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.fused = None  # (weight, None) holding gate/up_proj as views: see fuse_projections
 
     def forward(self, x):
-        return self.down_proj(OPS.swiglu(self.gate_proj(x), self.up_proj(x)))
+        if _fused_live(self.fused, self.gate_proj):
+            gate, up = F.linear(x, *self.fused).chunk(2, dim=-1)
+        else:
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        return self.down_proj(OPS.swiglu(gate, up))
+
+
+def fuse_projections(model: "Transformer"):
+    """One matmul for q/k/v and one for gate/up in every layer, for a model that only generates.
+
+    Decode at batch 256 runs k_proj and v_proj (256 x 2048 x 256 for the 3B
+    shape) far below the GPU's matmul rate; one [q; k; v] matmul and one
+    [gate; up] matmul read the same weights in fewer, fuller kernels. Nothing
+    is copied: the projections' weights become views of the fused tensors, so
+    state_dict() keys, checkpoints and the trainer's weight sync (copy_ into
+    the state_dict) are unchanged. Replacing a parameter (`.to()`,
+    load_state_dict(assign=True)) detaches it from the fused tensor; the
+    forward then checks that and takes the separate matmuls, so results
+    never go stale; so does a forward that wants gradients. Only for models
+    that no optimizer holds: fusing replaces the Parameter objects. The
+    generator calls this for CUDA models whose parameters need no gradient.
+    """
+    for layer in model.model.layers:
+        a, m = layer.self_attn, layer.mlp
+        a.fused = _fuse_linears(a.q_proj, a.k_proj, a.v_proj)
+        m.fused = _fuse_linears(m.gate_proj, m.up_proj)
+    return model
+
+
+def _fuse_linears(*linears):
+    """Concatenate the linears' weights (and biases) into new tensors; each linear's become views of them."""
+    w = torch.cat([l.weight.detach() for l in linears])
+    b = torch.cat([l.bias.detach() for l in linears]) if linears[0].bias is not None else None
+    start = 0
+    for l in linears:
+        n = l.weight.shape[0]
+        l.weight = nn.Parameter(w[start:start + n], requires_grad=l.weight.requires_grad)
+        if b is not None:
+            l.bias = nn.Parameter(b[start:start + n], requires_grad=l.bias.requires_grad)
+        start += n
+    return w, b
+
+
+def _fused_live(fused, first) -> bool:
+    """Whether `fused` still holds `first`'s weight (no .to() or assign since fuse_projections), and no
+    gradient is wanted (the fused tensors are plain tensors: a backward through them would not reach
+    the parameters)."""
+    return (fused is not None and first.weight.data_ptr() == fused[0].data_ptr()
+            and not (first.weight.requires_grad and torch.is_grad_enabled()))
 
 
 class Block(nn.Module):
@@ -253,8 +315,10 @@ class Block(nn.Module):
         self.mlp = MLP(cfg)
 
     def forward(self, x, cos, sin, packed, cache_kv=None, step=None, positions=None):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, packed, cache_kv, step, positions)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        h = self.self_attn(self.input_layernorm(x), cos, sin, packed, cache_kv, step, positions)
+        norm = self.post_attention_layernorm
+        x, h = OPS.add_rms_norm(x, h, norm.weight, norm.eps)
+        return x + self.mlp(h)
 
 
 class Body(nn.Module):

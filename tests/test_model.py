@@ -120,3 +120,37 @@ def test_compiled_ops_match_eager():
     assert (out - ref).abs().max() < 1e-5
     for p, g in zip(model.parameters(), ref_grads):
         assert (p.grad - g).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
+def test_fused_projections_match_and_stay_in_sync(arch):
+    """fuse_projections: same logits, same state_dict keys and tensors, a copy_ into the state_dict (the
+    trainer's weight sync) reaches the fused matmuls, and a replaced parameter falls back to the separate ones."""
+    from r1.model import _fused_live, fuse_projections
+
+    torch.manual_seed(0)
+    model = Transformer(tiny_config(arch, tie=False)).eval()
+    other = Transformer(tiny_config(arch, tie=False)).eval()
+    ids, pos, cu, mx = pack([[1, 2, 3, 4, 5], [6, 7, 8]])
+    with torch.no_grad():
+        ref, ref_other = model(ids, pos, cu, mx), other(ids, pos, cu, mx)
+        keys = list(model.state_dict())
+        fuse_projections(model)
+        assert list(model.state_dict()) == keys
+        attn = model.model.layers[0].self_attn
+        assert _fused_live(attn.fused, attn.q_proj) and _fused_live(model.model.layers[0].mlp.fused,
+                                                                    model.model.layers[0].mlp.gate_proj)
+        assert (model(ids, pos, cu, mx) - ref).abs().max() < 1e-5
+        for k, v in model.state_dict().items():  # the weight sync
+            v.copy_(other.state_dict()[k])
+        assert (model(ids, pos, cu, mx) - ref_other).abs().max() < 1e-5
+        attn.k_proj.weight = torch.nn.Parameter(attn.k_proj.weight * 2)  # detached from the fused tensor:
+        attn.q_proj.weight = torch.nn.Parameter(attn.q_proj.weight.clone())  # the forward must notice
+        assert not _fused_live(attn.fused, attn.q_proj)
+        other.model.layers[0].self_attn.k_proj.weight.mul_(2)
+        assert (model(ids, pos, cu, mx) - other(ids, pos, cu, mx)).abs().max() < 1e-5
+    fused_model = Transformer(tiny_config(arch, tie=False))
+    fuse_projections(fused_model)
+    out = fused_model(ids, pos, cu, mx)  # grad enabled, parameters trainable: the separate path
+    out.sum().backward()
+    assert fused_model.model.layers[0].self_attn.k_proj.weight.grad is not None
