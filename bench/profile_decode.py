@@ -108,7 +108,7 @@ def main():
            "cuda_graphs": cuda and not a.eager, "sample_path": os.environ.get("R1_SAMPLE", "triton") if cuda else "torch",
            "decode_attention": os.environ.get("R1_DECODE", "triton") if cuda else "math",
            "compiled_ops": os.environ.get("R1_COMPILE") == "1",
-           "fused_projections": cuda and os.environ.get("R1_FUSE") != "0",
+           "fused_projections": cuda and os.environ.get("R1_FUSE") == "1",
            "ms_per_step_total": round(sum(by_kind.values()), 3),
            "ms_per_step_by_kind": {k: round(v, 3) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
            "top_kernels_ms_per_step": [[k[:90], round(v, 4)] for k, v in top],

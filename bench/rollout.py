@@ -134,7 +134,7 @@ def main():
     env = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "transformers": transformers.__version__,
            "date": datetime.date.today().isoformat(), "copy_bw_GBps": round(bw / 1e9), "bf16_tflops": round(peak / 1e12),
            "sample_path": os.environ.get("R1_SAMPLE", "triton"), "decode_attention": os.environ.get("R1_DECODE", "triton"),
-           "compiled_ops": os.environ.get("R1_COMPILE") == "1", "fused_projections": os.environ.get("R1_FUSE") != "0"}
+           "compiled_ops": os.environ.get("R1_COMPILE") == "1", "fused_projections": os.environ.get("R1_FUSE") == "1"}
     print(json.dumps({"name": "ceilings", **env}), flush=True)
     results = []
     for m in a.models.split(","):

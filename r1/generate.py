@@ -38,9 +38,10 @@ exactly, and the same key samples the same tokens on 1 or 8 GPUs.
 
 CUDA graphs: on CUDA with `cuda_graphs=True`, the decode forward for each
 batch-size bucket is captured once and replayed (padding rows go to the
-scratch slot). A model without gradients on CUDA gets fused q/k/v and
-gate/up matmuls (r1/model.py fuse_projections; `fuse=False` or R1_FUSE=0
-keeps them separate); its parameters and state_dict stay the same.
+scratch slot). With R1_FUSE=1 (or `fuse=True`), a model without gradients
+on CUDA gets fused q/k/v and gate/up matmuls (r1/model.py
+fuse_projections); its parameters and state_dict stay the same. Opt-in
+until a GPU run has timed and checked it (CPU-tested only).
 """
 import hashlib
 import heapq
@@ -203,9 +204,9 @@ class Generator:
         self.cached: dict = {}  # slot -> ids whose KV is in the cache
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
         self.graphs: dict = {}
-        if fuse is None:  # a generation-only model on the GPU (R1_FUSE=0: keep separate projections)
+        if fuse is None:  # opt-in (R1_FUSE=1) for a generation-only model on the GPU until timed there
             fuse = (self.device.type == "cuda" and not any(q.requires_grad for q in model.parameters())
-                    and os.environ.get("R1_FUSE") != "0")
+                    and os.environ.get("R1_FUSE") == "1")
         if fuse:
             fuse_projections(model)
 

@@ -275,7 +275,8 @@ def fuse_projections(model: "Transformer"):
     forward then checks that and takes the separate matmuls, so results
     never go stale; so does a forward that wants gradients. Only for models
     that no optimizer holds: fusing replaces the Parameter objects. The
-    generator calls this for CUDA models whose parameters need no gradient.
+    generator calls this for CUDA models whose parameters need no gradient
+    when R1_FUSE=1 (opt-in until timed on a GPU).
     """
     for layer in model.model.layers:
         a, m = layer.self_attn, layer.mlp

@@ -202,9 +202,9 @@ def test_gpu_compiled_ops_graph_decode_matches_eager():
     assert gap < 0.05
 
 
-def test_generator_fuses_projections_of_generation_only_models():
-    """fuse=True gives the greedy tokens and logprobs of separate projections; by default only a CUDA
-    model without gradients is fused (fusing replaces Parameter objects an optimizer may hold)."""
+def test_generator_fuses_projections_of_generation_only_models(monkeypatch):
+    """fuse=True gives the greedy tokens and logprobs of separate projections; R1_FUSE=1 fuses only a CUDA
+    model without gradients (fusing replaces Parameter objects an optimizer may hold), so never on CPU."""
     from r1.model import _fused_live
 
     prompts = [[1, 2, 3], [4, 5, 6, 7, 8], [9]]
@@ -216,19 +216,20 @@ def test_generator_fuses_projections_of_generation_only_models():
     assert [c.token_ids for c in out] == [c.token_ids for c in ref]
     assert max(abs(a - b) for o, r in zip(out, ref) for a, b in zip(o.logprobs, r.logprobs)) < 1e-5
     cpu_default = tiny().requires_grad_(False)
+    monkeypatch.setenv("R1_FUSE", "1")
     Generator(cpu_default, 2, 16)
     assert cpu_default.model.layers[0].self_attn.fused is None
 
 
 @pytest.mark.gpu
 def test_gpu_fused_projections_graph_decode():
-    """The default on CUDA for a model without gradients (fused q/k/v and gate/up matmuls) under CUDA graphs,
-    fp32: the greedy tokens and logprobs of the separate projections."""
+    """R1_FUSE=1's path (fused q/k/v and gate/up matmuls) under CUDA graphs, fp32: the greedy tokens and
+    logprobs of the separate projections."""
     torch.manual_seed(0)
     model = Transformer(tiny_config("qwen2", vocab_size=256)).cuda().eval().requires_grad_(False)
     prompts = [[1, 2, 3], [4, 5, 6, 7, 8], [9]]
     ref = Generator(model, 4, 64, cuda_graphs=True, fuse=False).generate(prompts, 16, Sampling(temperature=0))
-    out = Generator(model, 4, 64, cuda_graphs=True).generate(prompts, 16, Sampling(temperature=0))
+    out = Generator(model, 4, 64, cuda_graphs=True, fuse=True).generate(prompts, 16, Sampling(temperature=0))
     assert model.model.layers[0].self_attn.fused is not None
     assert [c.token_ids for c in out] == [c.token_ids for c in ref]
     assert max(abs(a - b) for o, r in zip(out, ref) for a, b in zip(o.logprobs, r.logprobs)) < 1e-4
