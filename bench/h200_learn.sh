@@ -12,15 +12,15 @@
 #   bench/h200_learn.sh MODEL.gguf GSM8K_DIR RESULTS_DIR
 #   env: RL_TIME (seconds per RL run, default 600), SFT_STEPS (default 467 = 2 epochs of 7,473 at 32),
 #        EVAL_LIMIT (0 = all 1,319 test problems), GPU_A/GPU_B (default 0/1), LANES (default "0 1"),
-#        RL_LRS (learning rates, default "3e-6"; several run side by side on each GPU, named rl-ppo-lrX),
+#        RL_LRS (learning rates, default "1e-5"; several run side by side on each GPU, named rl-ppo-lrX),
 #        RL_EXTRA (overrides appended to every RL run, e.g. "algo.minibatches=4 env.max_steps=10"),
 #        SKIP (phase names not to run), PRE (a command run on GPU A before the lanes, on quiet GPUs),
 #        BENCH (a command lane 0 runs on GPU A while SFT trains on GPU B), EXTRA (a command lane 0 runs last,
 #        e.g. benchmarks once GPU A is free)
-# Example (the 2026-11-30 run used RL_TIME=540 and EXTRA="python3 bench/decode_attention.py --save;
-# python3 bench/sample.py; python3 bench/rollout.py --save"; from a copy of the repo, under setsid):
-#   PYTHONPATH=/tmp/site:. RL_TIME=600 RL_LRS="3e-6 1e-5" RL_EXTRA="algo.minibatches=4 env.max_steps=10" \
-#     PRE="python3 bench/rollout_multiturn.py; python3 bench/profile_decode.py; R1_SAMPLE=torch python3 bench/profile_decode.py" \
+# Example: the second 2026-11-30 run (docs/results/run2), from a copy of the repo, under setsid:
+#   PYTHONPATH=/tmp/site:. RL_TIME=720 RL_LRS="1e-5 3e-5" SKIP="eval-base logprob-gap fsdp quickstart" \
+#     BENCH="python3 bench/rollout_multiturn.py; python3 bench/profile_decode.py" \
+#     EXTRA="python3 bench/rollout.py --save" \
 #     setsid nohup bash bench/h200_learn.sh /root/stage/smollm2.gguf /root/stage/gsm8k /root/res &
 #   bench/h200_collect.sh /root/res . $OUT     # in later calls: progress, metrics, evals, logs
 set -u
@@ -28,11 +28,11 @@ M=$1; D=$2; R=$3; mkdir -p "$R"
 RL_TIME=${RL_TIME:-600}; SFT_STEPS=${SFT_STEPS:-467}; EVAL_LIMIT=${EVAL_LIMIT:-0}
 GA=${GPU_A:-0}; GB=${GPU_B:-1}
 C="--config configs/gsm8k_tool.yaml data.path=$D log.progress=false"
-# RL recipe shared by PPO and GRPO: 32 prompts x 8 samples, 2 optimizer steps per iteration, lr from RL_LRS,
-# held-out accuracy on the first 256 test problems every 5 iterations.
-RLARGS="rollout.prompts=32 rollout.n=8 algo.minibatches=2 train.critic_lr=1e-5 train.steps=1000
+# RL recipe shared by PPO and GRPO (configs/gsm8k_tool.yaml): 64 prompts x 8 samples, 512 slots, 4 optimizer
+# steps per iteration, lr from RL_LRS, held-out accuracy on the first 256 test problems every 5 iterations.
+RLARGS="rollout.prompts=64 rollout.n=8 rollout.slots=512 algo.minibatches=4 train.critic_lr=1e-5 train.steps=1000
   train.time_limit=$RL_TIME train.checkpoint_every=1000 eval.every=5 eval.limit=256 ${RL_EXTRA:-}"
-LRS=${RL_LRS:-3e-6}
+LRS=${RL_LRS:-1e-5}
 
 log() { echo "$(date +%H:%M:%S) $*" | tee -a "$R/progress.txt"; }
 phase() {  # name command...: run once, mark done on success

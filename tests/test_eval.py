@@ -101,3 +101,31 @@ def test_pass_at_k_known_values():
         for c in range(n + 1):
             for k in range(1, n + 1):
                 assert pass_at_k(n, c, k) == pytest.approx(brute_pass_at_k(n, c, k)), (n, c, k)
+
+
+def test_compare_counts_paired_gains_and_losses(tmp_path, capsys):
+    """r1.compare on two saved evals: gained/lost by hand, McNemar z and p against a float64 formula,
+    problems present in one eval only are reported, not compared; a duplicate problem id is an error."""
+    from r1 import compare
+    from r1.trajectory import save as save_trajs
+
+    def ans(uid, sid, right):
+        return Trajectory(uid, 0, sid, [step(5, 1.0 if right else 0.0, final=True)], "answered")
+
+    # problems 0..9: A right on 0-3, B right on 2-8 (gained 4,5,6,7,8 = 5; lost 0,1 = 2); A also has 99
+    a = [ans(f"a{i}", str(i), i < 4) for i in range(10)] + [ans("a99", "99", True)]
+    b = [ans(f"b{i}", str(i), 2 <= i <= 8) for i in range(10)]
+    os.makedirs(tmp_path / "a")
+    save_trajs(a, str(tmp_path / "a" / "eval_trajectories.jsonl.gz"))
+    save_trajs(b, str(tmp_path / "b.jsonl.gz"))
+    r = compare.main([str(tmp_path / "a"), str(tmp_path / "b.jsonl.gz")])
+    assert (r["n"], r["gained"], r["lost"], r["only_in_a"], r["only_in_b"]) == (10, 5, 2, 1, 0)
+    assert (r["acc_a"], r["acc_b"]) == (0.4, 0.7) and abs(r["delta_points"] - 30.0) < 1e-12
+    z = 3 / math.sqrt(7)
+    assert abs(r["z"] - z) < 1e-12 and abs(r["p"] - math.erfc(z / math.sqrt(2))) < 1e-12
+    assert "gained 5, lost 2" in capsys.readouterr().out
+    save_trajs(b + [ans("dup", "3", True)], str(tmp_path / "dup.jsonl.gz"))
+    with pytest.raises(ValueError, match="appears twice"):
+        compare.correct_by_problem(str(tmp_path / "dup.jsonl.gz"))
+    with pytest.raises(ValueError, match="share no problem"):
+        compare.mcnemar({"x": 1.0}, {"y": 1.0})

@@ -1,0 +1,64 @@
+"""Paired comparison of two evaluations of the same test problems (McNemar).
+
+    python -m r1.compare runs/eval-sft runs/eval-rl [--json]
+
+Accuracy differences of a few points on GSM8K's 1,319 problems are within
+noise unless paired: both models answered the same problems, so what counts
+is how many problems B solved that A missed (gained) against the reverse
+(lost). McNemar's test on those two counts, normal approximation with no
+continuity correction, two-sided p. Reads the greedy trajectories eval.py
+writes (`eval_trajectories.jsonl.gz` in an eval.out folder, or the file
+itself) and scores each with the trainer's own rule (`_traj_stats`), so
+"correct" means exactly what the accuracy in eval.json means.
+"""
+import argparse
+import json
+import math
+import os
+
+from r1.trajectory import load
+
+
+def correct_by_problem(path: str) -> dict:
+    """sample_id -> 1.0 / 0.0 for a folder written by eval.py (or its trajectory file)."""
+    from r1.trainer import _traj_stats
+
+    if os.path.isdir(path):
+        path = os.path.join(path, "eval_trajectories.jsonl.gz")
+    out = {}
+    for t in load(path):
+        if t.sample_id in out:
+            raise ValueError(f"{path}: problem {t.sample_id!r} appears twice; expected one greedy trajectory each")
+        out[t.sample_id] = _traj_stats(t)["correct"]
+    return out
+
+
+def mcnemar(a: dict, b: dict) -> dict:
+    """Paired counts and test over the problems both evaluations share (an error if they share none)."""
+    common = sorted(set(a) & set(b))
+    if not common:
+        raise ValueError("the two evaluations share no problem ids")
+    gained = sum(1 for k in common if b[k] and not a[k])
+    lost = sum(1 for k in common if a[k] and not b[k])
+    n = len(common)
+    z = (gained - lost) / math.sqrt(gained + lost) if gained + lost else 0.0
+    return {"n": n, "only_in_a": len(set(a) - set(b)), "only_in_b": len(set(b) - set(a)),
+            "acc_a": sum(a[k] for k in common) / n, "acc_b": sum(b[k] for k in common) / n,
+            "delta_points": 100 * (gained - lost) / n, "gained": gained, "lost": lost,
+            "z": z, "p": math.erfc(abs(z) / math.sqrt(2))}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("a", help="baseline eval folder (eval.out) or eval_trajectories.jsonl.gz")
+    p.add_argument("b", help="the model compared with it")
+    a = p.parse_args(argv)
+    r = mcnemar(correct_by_problem(a.a), correct_by_problem(a.b))
+    print(f"{r['n']} problems: {100 * r['acc_a']:.2f}% -> {100 * r['acc_b']:.2f}% ({r['delta_points']:+.2f} points), "
+          f"gained {r['gained']}, lost {r['lost']}, McNemar z = {r['z']:.2f}, p = {r['p']:.3g}")
+    print(json.dumps(r))
+    return r
+
+
+if __name__ == "__main__":
+    main()
