@@ -129,6 +129,10 @@ class Algo:
     """GAE lambda."""
     grpo_std_norm: bool = True
     """GRPO: divide by the group std (False = Dr.GRPO)."""
+    drop_uniform_groups: bool = False
+    """Group baselines (grpo, rloo, reinforce_pp_baseline): leave groups whose episodes all got the same
+    total reward out of the update (their advantages are all 0), so the loss is normalised over
+    informative tokens only (DAPO's dynamic-sampling filter, without resampling)."""
     reward_level: str = "trajectory"
     """Group baselines on the trajectory's total reward (trajectory) or per step (step)."""
     whiten: bool = False
@@ -518,6 +522,11 @@ def validate(cfg: Config, origin: dict | None = None):
         raise ConfigError(f"config key {name('rollout.max_new_tokens')} must be below env.max_context "
                           f"({cfg.env.max_context}{origin.get('env.max_context', ', the default')}), which also "
                           f"holds the prompt; got {cfg.rollout.max_new_tokens}")
+    if cfg.algo.drop_uniform_groups and (cfg.algo.advantage not in ("grpo", "rloo", "reinforce_pp_baseline")
+                                         or cfg.algo.reward_level != "trajectory"):
+        raise ConfigError(f"config key {name('algo.drop_uniform_groups')} needs a group baseline on trajectory "
+                          f"rewards (algo.advantage grpo, rloo or reinforce_pp_baseline, algo.reward_level "
+                          f"trajectory), got {cfg.algo.advantage} / {cfg.algo.reward_level}")
     if cfg.train.stage == "rl" and cfg.algo.advantage in ("grpo", "rloo") and cfg.rollout.n < 2:
         raise ConfigError(f"config key {name('rollout.n')} must be >= 2 for algo.advantage={cfg.algo.advantage} "
                           f"(a group of one has no baseline), got {cfg.rollout.n}")

@@ -16,6 +16,19 @@ from r1.algos import advantages as A
 from r1.algos.losses import kl_penalty
 
 
+def informative_groups(groups: list, totals: list) -> list:
+    """Per trajectory: True unless every trajectory of its group got the same total reward.
+
+    With a group baseline on trajectory rewards (GRPO, RLOO, REINFORCE++ with
+    baseline), such a group's advantages are all exactly zero: it adds tokens
+    to the loss's denominator and nothing to its gradient.
+    """
+    seen = {}
+    for g, r in zip(groups, totals):
+        seen.setdefault(g, set()).add(float(r))
+    return [len(seen[g]) > 1 for g in groups]
+
+
 def _pad_steps(x, step_traj, step_idx, B):
     S = int(step_idx.max()) + 1 if step_idx.numel() else 1
     out = torch.zeros(B, S, dtype=x.dtype)

@@ -29,7 +29,7 @@ import torch
 from r1 import checkpoint, distributed
 from r1.algos.losses import aggregate, entropy_bonus, kl_penalty, ppo_policy_loss, value_loss
 from r1.config import Config, save as save_config
-from r1.credit import compute as compute_credit
+from r1.credit import compute as compute_credit, informative_groups
 from r1.envs.tool_env import make_env
 from r1.generate import Generator, Sampling
 from r1.logger import Logger
@@ -226,8 +226,12 @@ class Trainer:
     def iteration(self, it: int) -> dict:
         cfg, a = self.cfg, self.cfg.algo
         t0 = time.time()
-        trajs = self.rollout(it)
+        played = self.rollout(it)
         t_roll = time.time() - t0
+        trajs = played  # the ones the update uses
+        if a.drop_uniform_groups:
+            keep = informative_groups([t.group for t in played], [t.total_reward for t in played])
+            trajs = [t for t, k in zip(played, keep) if k]
         order, seqs = step_order(trajs), sequences(trajs)
         steps = [(ti, si, s) for ti, t in enumerate(trajs) for si, s in enumerate(t.steps)]
         K = len(steps)
@@ -262,7 +266,10 @@ class Trainer:
             cat("tok_value") if self.critic is not None and flat else None,
         ) if K else None
         t_score = time.time() - t1
-        metrics = self.rollout_metrics(trajs)
+        metrics = self.rollout_metrics(played)
+        if a.drop_uniform_groups:
+            kept = distributed.all_sum(torch.tensor([float(len(trajs)), float(len(played))]), self.d)
+            metrics["trained_frac"] = float(kept[0] / kept[1].clamp(min=1))
         # sampler-trainer gap and KL over the global batch (every rank joins the reductions)
         gap = (cat("old") - sampler).abs()[mask.bool()] if K else torch.zeros(0)
         g = distributed.all_sum(torch.tensor([float(gap.sum()), gap.numel()]), self.d)
@@ -275,7 +282,7 @@ class Trainer:
         upd = self.update(plan, fill, flat, scores, credit, sampler)
         metrics.update(upd)
         t_train = time.time() - t2
-        n_roll = sum(len(s.response_ids) for _, _, s in steps)
+        n_roll = sum(len(s.response_ids) for t in played for s in t.steps)
         n_train = sum(mb.num_tokens for mb in flat)
         metrics.update(
             time_rollout=t_roll, time_score=t_score, time_train=t_train, lr=self.sched.get_last_lr()[0],
@@ -286,7 +293,7 @@ class Trainer:
             metrics["peak_mem_gb"] = torch.cuda.max_memory_allocated() / 2**30
             torch.cuda.reset_peak_memory_stats()
         if cfg.log.trajectories:
-            all_trajs = distributed.gather_objects(trajs, self.d)
+            all_trajs = distributed.gather_objects(played, self.d)
             if self.d.main:
                 save_trajs([t for ts in all_trajs for t in ts], iter_path(cfg.run.dir, it + 1))
         return metrics

@@ -192,3 +192,42 @@ def test_explained_variance_is_over_the_iteration_not_a_mean_of_micro_batches():
     assert abs(ev - want) < 1e-9 and want > 0.5
     assert min(ratios) < 0  # what the per-micro-batch mean used to average in
     assert _explained_variance(0.0, 0.0, 0.1, 0.02) == 0.0  # constant returns
+
+
+def test_drop_uniform_groups_trains_on_informative_groups_only(tmp_path, monkeypatch):
+    """algo.drop_uniform_groups: trained_frac is the share of episodes in groups whose total rewards differ,
+    the saved trajectories keep every episode, and with a token-mean loss and no other term the first
+    gradient is the unfiltered one scaled by (all response tokens / kept ones): the dropped tokens only
+    diluted it. An iteration where no group is informative runs too; other estimators refuse the key."""
+    from r1.config import ConfigError
+    from r1.credit import informative_groups
+
+    assert informative_groups([0, 0, 1, 1, 2], [1.0, 1.0, 0.0, 1.0, 0.5]) == [False, False, True, True, False]
+    real_rollout = Trainer.rollout
+
+    def rollout(self, it):  # the tiny model never earns a reward: give one to episode 0 of groups 0 and 1
+        trajs = real_rollout(self, it)
+        for t in trajs:
+            if it == 0 and t.group in (0, 1) and t.uid.endswith("-0"):
+                t.steps[-1].reward = 1.0
+        return trajs
+
+    monkeypatch.setattr(Trainer, "rollout", rollout)
+    base = [*TINY, "rollout.prompts=4", "rollout.n=2", "algo.advantage=grpo", "algo.kl_coef=0",
+            "algo.entropy_coef=0", "algo.minibatches=1", "train.steps=2"]
+    norms = {}
+    for drop in (False, True):
+        run = str(tmp_path / f"run-{drop}")
+        Trainer(load_config(SMOKE, [f"run.dir={run}", *base, f"algo.drop_uniform_groups={str(drop).lower()}"])).fit()
+        lines = read_metrics(run)
+        norms[drop] = lines[0]["grad_norm"]
+    trajs = load_trajs(os.path.join(run, "trajectories", "iter_000001.jsonl.gz"))
+    assert len(trajs) == 8  # every played episode is saved
+    keep = informative_groups([t.group for t in trajs], [t.total_reward for t in trajs])
+    assert sum(keep) == 4 and lines[0]["trained_frac"] == pytest.approx(0.5)
+    assert lines[1]["trained_frac"] == 0.0 and lines[1]["skipped_updates"] == 0  # nothing to learn from
+    tokens = [sum(len(s.response_ids) for s in t.steps) for t in trajs]
+    kept_tokens = sum(n for n, k in zip(tokens, keep) if k)
+    assert norms[True] == pytest.approx(norms[False] * sum(tokens) / kept_tokens, rel=1e-4)
+    with pytest.raises(ConfigError, match="drop_uniform_groups"):
+        load_config(SMOKE, ["algo.advantage=step_gae", "algo.drop_uniform_groups=true"])
