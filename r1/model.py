@@ -15,7 +15,7 @@ checkpoints load without a name map. With `value_head=True` the LM head is
 replaced by a scalar head (the critic).
 """
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from types import SimpleNamespace
 
 import torch
@@ -199,6 +199,7 @@ class CacheStep:
     kv_lens: torch.Tensor
     fresh: bool = False  # every row starts at position 0: attend within the new tokens (packed flash path)
     max_kv: int = 0  # max of kv_lens as a host int (0 = unknown): bounds the keys a chunk reads
+    token_slots: torch.Tensor | None = None  # rows[token_rows], the slot of each token: set once per forward
 
 
 class Attention(nn.Module):
@@ -235,7 +236,7 @@ class Attention(nn.Module):
             out = varlen_attention(q, k, v, cu, max_len)
         else:
             k_cache, v_cache = cache_kv
-            slots = step.rows[step.token_rows]
+            slots = step.token_slots if step.token_slots is not None else step.rows[step.token_rows]
             k_cache[slots, positions] = k.to(k_cache.dtype)
             v_cache[slots, positions] = v.to(v_cache.dtype)
             if step.fresh:
@@ -398,6 +399,8 @@ class Transformer(nn.Module):
         """Packed forward to final normed hidden states: ids [N], positions [N] -> [N, hidden]."""
         x = self.model.embed_tokens(input_ids)
         cos, sin = rope_cos_sin(position_ids, self.cfg.head_dim, self.cfg.rope_theta, x.dtype)
+        if step is not None and step.token_slots is None:  # every layer writes its keys to the same slots
+            step = replace(step, token_slots=step.rows[step.token_rows])
         packed = (cu_seqlens, max_seqlen)
         for i, layer in enumerate(self.model.layers):
             kv = None if cache is None else (cache.k[i], cache.v[i])
