@@ -88,8 +88,8 @@ def main():
         for e in pr.key_averages():
             # GPU: only the device's own events (kernels, copies). A CPU op (aten::mul) also carries the
             # device time of the kernels it launched, so counting it too would count those kernels twice.
-            if cuda and e.device_type != DeviceType.CUDA:
-                continue
+            if cuda and (e.device_type != DeviceType.CUDA or getattr(e, "is_user_annotation", False)):
+                continue  # (inductor's "## Call CompiledFxGraph ##" ranges are user annotations, not kernels)
             t = e.device_time_total if cuda else e.self_cpu_time_total  # microseconds
             if t > 0:
                 out[e.key] += t

@@ -130,9 +130,9 @@ class Algo:
     grpo_std_norm: bool = True
     """GRPO: divide by the group std (False = Dr.GRPO)."""
     drop_uniform_groups: bool = False
-    """Group baselines (grpo, rloo, reinforce_pp_baseline): leave groups whose episodes all got the same
-    total reward out of the update (their advantages are all 0), so the loss is normalised over
-    informative tokens only (DAPO's dynamic-sampling filter, without resampling)."""
+    """grpo / rloo on trajectory rewards: leave groups whose episodes all got the same total reward out of
+    the update (their advantages are all 0), so the loss is normalised over informative tokens only
+    (DAPO's dynamic-sampling filter, without resampling). Their KL-loss and entropy terms go with them."""
     reward_level: str = "trajectory"
     """Group baselines on the trajectory's total reward (trajectory) or per step (step)."""
     whiten: bool = False
@@ -522,11 +522,14 @@ def validate(cfg: Config, origin: dict | None = None):
         raise ConfigError(f"config key {name('rollout.max_new_tokens')} must be below env.max_context "
                           f"({cfg.env.max_context}{origin.get('env.max_context', ', the default')}), which also "
                           f"holds the prompt; got {cfg.rollout.max_new_tokens}")
-    if cfg.algo.drop_uniform_groups and (cfg.algo.advantage not in ("grpo", "rloo", "reinforce_pp_baseline")
-                                         or cfg.algo.reward_level != "trajectory"):
+    a = cfg.algo
+    if a.drop_uniform_groups and (a.advantage not in ("grpo", "rloo") or a.reward_level != "trajectory"
+                                  or a.whiten or (a.kl_in_reward and a.kl_coef > 0)):
+        # only there is a uniform group's advantage exactly 0 and the others' independent of it
         raise ConfigError(f"config key {name('algo.drop_uniform_groups')} needs a group baseline on trajectory "
-                          f"rewards (algo.advantage grpo, rloo or reinforce_pp_baseline, algo.reward_level "
-                          f"trajectory), got {cfg.algo.advantage} / {cfg.algo.reward_level}")
+                          f"rewards alone (algo.advantage grpo or rloo, reward_level trajectory, whiten false, no "
+                          f"KL in the reward), got advantage={a.advantage} reward_level={a.reward_level} "
+                          f"whiten={a.whiten} kl_in_reward={a.kl_in_reward} kl_coef={a.kl_coef}")
     if cfg.train.stage == "rl" and cfg.algo.advantage in ("grpo", "rloo") and cfg.rollout.n < 2:
         raise ConfigError(f"config key {name('rollout.n')} must be >= 2 for algo.advantage={cfg.algo.advantage} "
                           f"(a group of one has no baseline), got {cfg.rollout.n}")

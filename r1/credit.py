@@ -19,9 +19,11 @@ from r1.algos.losses import kl_penalty
 def informative_groups(groups: list, totals: list) -> list:
     """Per trajectory: True unless every trajectory of its group got the same total reward.
 
-    With a group baseline on trajectory rewards (GRPO, RLOO, REINFORCE++ with
-    baseline), such a group's advantages are all exactly zero: it adds tokens
-    to the loss's denominator and nothing to its gradient.
+    With a group baseline on trajectory rewards alone (GRPO, RLOO; no batch
+    whitening, no KL in the reward: config.validate enforces it), such a
+    group's advantages are all exactly zero and the other groups' do not
+    depend on it: it adds tokens to the loss's denominator and nothing to its
+    policy gradient.
     """
     seen = {}
     for g, r in zip(groups, totals):

@@ -214,13 +214,13 @@ class Attention(nn.Module):
         if cfg.qk_norm:
             self.q_norm = RMSNorm(d, cfg.rms_eps)
             self.k_norm = RMSNorm(d, cfg.rms_eps)
-        self.fused = None  # (weight, bias) holding q/k/v_proj as views: see fuse_projections
+        self.fused = None  # (weight, bias, ...) holding q/k/v_proj as views: see fuse_projections
 
     def forward(self, x, cos, sin, packed, cache_kv=None, step: CacheStep | None = None, positions=None):
         n, cfg = x.shape[0], self.cfg
         nq, nkv = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
-        if _fused_live(self.fused, self.q_proj):
-            q, k, v = F.linear(x, *self.fused).split([nq, nkv, nkv], dim=-1)
+        if _fused_live(self.fused):
+            q, k, v = F.linear(x, self.fused[0], self.fused[1]).split([nq, nkv, nkv], dim=-1)
         else:
             q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
         q = q.view(n, cfg.num_heads, cfg.head_dim)
@@ -253,11 +253,11 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
-        self.fused = None  # (weight, None) holding gate/up_proj as views: see fuse_projections
+        self.fused = None  # (weight, None, ...) holding gate/up_proj as views: see fuse_projections
 
     def forward(self, x):
-        if _fused_live(self.fused, self.gate_proj):
-            gate, up = F.linear(x, *self.fused).chunk(2, dim=-1)
+        if _fused_live(self.fused):
+            gate, up = F.linear(x, self.fused[0]).chunk(2, dim=-1)
         else:
             gate, up = self.gate_proj(x), self.up_proj(x)
         return self.down_proj(OPS.swiglu(gate, up))
@@ -281,13 +281,19 @@ def fuse_projections(model: "Transformer"):
     """
     for layer in model.model.layers:
         a, m = layer.self_attn, layer.mlp
-        a.fused = _fuse_linears(a.q_proj, a.k_proj, a.v_proj)
-        m.fused = _fuse_linears(m.gate_proj, m.up_proj)
+        if not _views_intact(a.fused):  # fusing again would free tensors a live generator's graphs read
+            a.fused = _fuse_linears(a.q_proj, a.k_proj, a.v_proj)
+        if not _views_intact(m.fused):
+            m.fused = _fuse_linears(m.gate_proj, m.up_proj)
     return model
 
 
 def _fuse_linears(*linears):
-    """Concatenate the linears' weights (and biases) into new tensors; each linear's become views of them."""
+    """Concatenate the linears' weights (and biases) into new tensors; each linear's become views of them.
+
+    Returns (weight, bias, params, pointers): the linears' parameters and the addresses they had,
+    for _fused_live to check that every one of them is still a view of the fused tensors.
+    """
     w = torch.cat([l.weight.detach() for l in linears])
     b = torch.cat([l.bias.detach() for l in linears]) if linears[0].bias is not None else None
     start = 0
@@ -297,15 +303,20 @@ def _fuse_linears(*linears):
         if b is not None:
             l.bias = nn.Parameter(b[start:start + n], requires_grad=l.bias.requires_grad)
         start += n
-    return w, b
+    owners = [(l, name) for l in linears for name in ("weight", "bias") if getattr(l, name) is not None]
+    return w, b, owners, [getattr(l, name).data_ptr() for l, name in owners]
 
 
-def _fused_live(fused, first) -> bool:
-    """Whether `fused` still holds `first`'s weight (no .to() or assign since fuse_projections), and no
-    gradient is wanted (the fused tensors are plain tensors: a backward through them would not reach
-    the parameters)."""
-    return (fused is not None and first.weight.data_ptr() == fused[0].data_ptr()
-            and not (first.weight.requires_grad and torch.is_grad_enabled()))
+def _views_intact(fused) -> bool:
+    """Whether every projection is still the view fuse_projections made (no .to(), no assign, for any)."""
+    return fused is not None and [getattr(l, name).data_ptr() for l, name in fused[2]] == fused[3]
+
+
+def _fused_live(fused) -> bool:
+    """Whether the forward may take the fused matmul: the views are intact and no gradient is wanted
+    (the fused tensors are plain tensors: a backward through them would not reach the parameters)."""
+    return _views_intact(fused) and not (torch.is_grad_enabled()
+                                         and any(getattr(l, name).requires_grad for l, name in fused[2]))
 
 
 class Block(nn.Module):

@@ -125,7 +125,8 @@ def test_compiled_ops_match_eager():
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
 def test_fused_projections_match_and_stay_in_sync(arch):
     """fuse_projections: same logits, same state_dict keys and tensors, a copy_ into the state_dict (the
-    trainer's weight sync) reaches the fused matmuls, and a replaced parameter falls back to the separate ones."""
+    trainer's weight sync) reaches the fused matmuls, fusing twice keeps the first fusion, and replacing
+    any one projection's parameter (here only k_proj, or only up_proj) falls back to the separate matmuls."""
     from r1.model import _fused_live, fuse_projections
 
     torch.manual_seed(0)
@@ -136,21 +137,25 @@ def test_fused_projections_match_and_stay_in_sync(arch):
         ref, ref_other = model(ids, pos, cu, mx), other(ids, pos, cu, mx)
         keys = list(model.state_dict())
         fuse_projections(model)
+        attn, mlp = model.model.layers[0].self_attn, model.model.layers[0].mlp
+        first = attn.fused[0]
+        fuse_projections(model)
+        assert attn.fused[0] is first  # not re-fused: a live generator's graphs read these tensors
         assert list(model.state_dict()) == keys
-        attn = model.model.layers[0].self_attn
-        assert _fused_live(attn.fused, attn.q_proj) and _fused_live(model.model.layers[0].mlp.fused,
-                                                                    model.model.layers[0].mlp.gate_proj)
+        assert _fused_live(attn.fused) and _fused_live(mlp.fused)
         assert (model(ids, pos, cu, mx) - ref).abs().max() < 1e-5
         for k, v in model.state_dict().items():  # the weight sync
             v.copy_(other.state_dict()[k])
         assert (model(ids, pos, cu, mx) - ref_other).abs().max() < 1e-5
-        attn.k_proj.weight = torch.nn.Parameter(attn.k_proj.weight * 2)  # detached from the fused tensor:
-        attn.q_proj.weight = torch.nn.Parameter(attn.q_proj.weight.clone())  # the forward must notice
-        assert not _fused_live(attn.fused, attn.q_proj)
+        attn.k_proj.weight = torch.nn.Parameter(attn.k_proj.weight * 2)  # detached from the fused tensor
+        mlp.up_proj.weight = torch.nn.Parameter(mlp.up_proj.weight * 3)
+        assert not _fused_live(attn.fused) and not _fused_live(mlp.fused)
         other.model.layers[0].self_attn.k_proj.weight.mul_(2)
+        other.model.layers[0].mlp.up_proj.weight.mul_(3)
         assert (model(ids, pos, cu, mx) - other(ids, pos, cu, mx)).abs().max() < 1e-5
-    fused_model = Transformer(tiny_config(arch, tie=False))
+    fused_model = Transformer(tiny_config(arch, tie=False)).requires_grad_(False)
     fuse_projections(fused_model)
-    out = fused_model(ids, pos, cu, mx)  # grad enabled, parameters trainable: the separate path
+    fused_model.model.layers[0].self_attn.v_proj.weight.requires_grad_(True)  # a gradient wanted for one
+    out = fused_model(ids, pos, cu, mx)  # the separate path, so it reaches v_proj
     out.sum().backward()
-    assert fused_model.model.layers[0].self_attn.k_proj.weight.grad is not None
+    assert fused_model.model.layers[0].self_attn.v_proj.weight.grad is not None

@@ -229,5 +229,8 @@ def test_drop_uniform_groups_trains_on_informative_groups_only(tmp_path, monkeyp
     tokens = [sum(len(s.response_ids) for s in t.steps) for t in trajs]
     kept_tokens = sum(n for n, k in zip(tokens, keep) if k)
     assert norms[True] == pytest.approx(norms[False] * sum(tokens) / kept_tokens, rel=1e-4)
-    with pytest.raises(ConfigError, match="drop_uniform_groups"):
-        load_config(SMOKE, ["algo.advantage=step_gae", "algo.drop_uniform_groups=true"])
+    for bad in (["algo.advantage=step_gae"], ["algo.advantage=reinforce_pp_baseline"],
+                ["algo.advantage=grpo", "algo.whiten=true"],
+                ["algo.advantage=rloo", "algo.kl_in_reward=true", "algo.kl_coef=0.01"]):
+        with pytest.raises(ConfigError, match="drop_uniform_groups"):  # a dropped group's advantage is not 0 there
+            load_config(SMOKE, [*bad, "algo.drop_uniform_groups=true"])
