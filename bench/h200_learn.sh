@@ -14,6 +14,7 @@
 #        EVAL_LIMIT (0 = all 1,319 test problems), GPU_A/GPU_B (default 0/1), LANES (default "0 1"),
 #        RL_LRS (learning rates, default "1e-5"; several run side by side on each GPU, named rl-ppo-lrX),
 #        RL_EXTRA (overrides appended to every RL run, e.g. "algo.minibatches=4 env.max_steps=10"),
+#        PPO_EXTRA / GRPO_EXTRA (overrides for one algorithm, e.g. GRPO_EXTRA="algo.drop_uniform_groups=true"),
 #        SKIP (phase names not to run), PRE (a command run on GPU A before the lanes, on quiet GPUs),
 #        BENCH (a command lane 0 runs on GPU A while SFT trains on GPU B), EXTRA (a command lane 0 runs last,
 #        e.g. benchmarks once GPU A is free)
@@ -49,12 +50,12 @@ ev() {  # gpu model name
     eval.out="$R/eval-$3" && tail -1 "$R/eval-$3.log" > "$R/eval-$3.json"
 }
 wait_for() { while [ ! -e "$R/$1.done" ]; do [ -e "$R/$1.failed" ] && return 1; sleep 5; done; }
-rl() {  # gpu name advantage: one run per learning rate in RL_LRS, side by side on that GPU, then their evals
-  local g=$1 name=$2 adv=$3 lr tag
+rl() {  # gpu name advantage [overrides]: one run per learning rate in RL_LRS, side by side on that GPU, then evals
+  local g=$1 name=$2 adv=$3 more=${4:-} lr tag
   for lr in $LRS; do
     tag=$name; [ "$(echo $LRS | wc -w)" -gt 1 ] && tag=$name-lr$lr
     ( phase $tag env CUDA_VISIBLE_DEVICES=$g python3 train.py $C model.path="$R/sft/hf" run.dir="$R/$tag" \
-        algo.advantage=$adv train.lr=$lr $RLARGS && ev $g "$R/$tag/hf" $tag ) &
+        algo.advantage=$adv train.lr=$lr $RLARGS $more && ev $g "$R/$tag/hf" $tag ) &
   done
   wait
 }
@@ -65,7 +66,7 @@ lane0() {
   phase logprob-gap env CUDA_VISIBLE_DEVICES=$GA python3 bench/logprob_gap.py --save
   [ -n "${BENCH:-}" ] && phase bench env CUDA_VISIBLE_DEVICES=$GA bash -c "$BENCH"
   wait_for sft || { log "lane0: SFT failed, no PPO"; return 1; }
-  rl $GA rl-ppo step_gae
+  rl $GA rl-ppo step_gae "${PPO_EXTRA:-}"
   [ -n "${EXTRA:-}" ] && phase extra env CUDA_VISIBLE_DEVICES=$GA bash -c "$EXTRA"
 }
 lane1() {
@@ -73,7 +74,7 @@ lane1() {
     train.steps=$SFT_STEPS train.lr=5e-5 train.warmup=20 train.schedule=cosine train.checkpoint_every=100000 \
     || { touch "$R/sft.failed"; return 1; }
   ev $GB "$R/sft/hf" sft
-  rl $GB rl-grpo grpo
+  rl $GB rl-grpo grpo "${GRPO_EXTRA:-}"
 }
 
 rm -f "$R/sft.failed"
