@@ -361,8 +361,9 @@ class Generator:
         seeds = torch.tensor([r.seed for r in rows] + [0] * pad, device=d)
         out_tok = torch.empty(n, Bp, dtype=torch.long, device=d)
         out_lp = torch.empty(n, Bp, dtype=torch.float32, device=d)
+        longest = max(r.pos for r in rows) + 1  # keys of the longest row at the first step (host-side)
         for i in range(n):
-            logits = self._decode_logits(tok, pos, slots)
+            logits = self._decode_logits(tok, pos, slots, longest + i)
             tok, lp = sample(logits, self.sampling, seeds, pos + 1)
             out_tok[i], out_lp[i] = tok, lp
             pos = pos + 1
@@ -372,14 +373,14 @@ class Generator:
             r.logprobs += l
             r.pos += n
 
-    def _decode_logits(self, tok, pos, slots):
+    def _decode_logits(self, tok, pos, slots, max_kv: int = 0):
         B = tok.shape[0]
         if self.cuda_graphs:
             return self._graph_decode(tok, pos, slots)
         d = self.device
         step = CacheStep(rows=slots, token_rows=torch.arange(B, device=d),
                          cu_q=torch.arange(B + 1, dtype=torch.int32, device=d), max_q=1,
-                         kv_lens=(pos + 1).to(torch.int32))
+                         kv_lens=(pos + 1).to(torch.int32), max_kv=max_kv)
         return self.model.head(self.model.hidden(tok, pos, cache=self.cache, step=step))  # model dtype: sample upcasts
 
     def _graph_decode(self, tok, pos, slots):

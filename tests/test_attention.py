@@ -126,3 +126,27 @@ def test_gpu_cache_decode_backends(backend):
     got = A.cache_attention(q, kc, vc, cu, 1, rows, kv_lens, backend=backend)
     ref = A.cache_attention(q.float(), kc.float(), vc.float(), cu, 1, rows, kv_lens, backend="math")
     assert (got.float() - ref).abs().max() < 2e-2
+
+
+def test_cpu_auto_backend_batches_cache_reads_when_max_kv_is_known(monkeypatch):
+    """On the CPU with the backend picked automatically and max_kv given (the generator outside CUDA
+    graphs), decode takes one batched SDPA call over the first max_kv keys and chunks the padded chunk
+    call: the math loop's results; without max_kv, or with backend='math', the loop itself runs."""
+    monkeypatch.delenv("R1_ATTN", raising=False)
+    kc, vc, rows, kv_lens, hq, d, g = cache_case()
+    calls = []
+    for name in ("_sdpa_decode", "_sdpa_chunks"):
+        real = getattr(A, name)
+        monkeypatch.setattr(A, name, lambda *a, _real=real, _n=name, **k: calls.append(_n) or _real(*a, **k))
+    q = torch.randn(3, hq, d, generator=g)
+    cu = torch.arange(4, dtype=torch.int32)
+    ref = A.cache_attention(q, kc, vc, cu, 1, rows, kv_lens, backend="math")
+    got = A.cache_attention(q, kc, vc, cu, 1, rows, kv_lens, max_kv=int(kv_lens.max()))
+    assert calls == ["_sdpa_decode"] and (got - ref).abs().max() < 1e-5
+    assert torch.equal(A.cache_attention(q, kc, vc, cu, 1, rows, kv_lens), ref) and calls == ["_sdpa_decode"]
+    n_new = [2, 1, 4]
+    cu = torch.tensor([0, 2, 3, 7], dtype=torch.int32)
+    q = torch.randn(7, hq, d, generator=g)
+    ref = A.cache_attention(q, kc, vc, cu, 4, rows, kv_lens, backend="math")
+    got = A.cache_attention(q, kc, vc, cu, max(n_new), rows, kv_lens, max_kv=int(kv_lens.max()))
+    assert calls[-1] == "_sdpa_chunks" and (got - ref).abs().max() < 1e-5
