@@ -138,12 +138,9 @@ def cache_attention(q, k_cache, v_cache, cu_q, max_q: int, rows, kv_lens, backen
     B = rows.shape[0]
     decode = q.shape[0] == B and max_q == 1
     if picked and backend == "math" and max_kv > 0:
-        # No GPU kernel applies (the CPU, fp32): batched SDPA over the rows' first max_kv keys, one call per
-        # layer; the per-row loop below stays the reference (backend="math"). 22% faster CPU rollouts.
-        if decode:
-            return _sdpa_decode(q, k_cache[rows, :max_kv], v_cache[rows, :max_kv], kv_lens)
-        if os.environ.get("R1_CHUNKS") != "loop":
-            return _sdpa_chunks(q, k_cache, v_cache, cu_q, max_q, rows, kv_lens, max_kv)
+        # No GPU kernel applies (the CPU, fp32) and the keys are bounded: the batched SDPA calls (one per
+        # layer, not one per row); backend="math" keeps the per-row loop, the reference.
+        backend = "sdpa"
     if backend == "torch_flash" and not PAGED:
         backend = _decode_fallback(q, k_cache, v_cache, decode)
     if backend == "torch_flash":
@@ -159,8 +156,9 @@ def cache_attention(q, k_cache, v_cache, cu_q, max_q: int, rows, kv_lens, backen
             print(f"kernels.attention: varlen_attn cannot read the cache here ({str(e)[:120]}); using {backend}")
     if backend == "triton" and decode:  # reads each row's kv_lens[b] keys in place, graph-safe
         return triton_decode.decode_attention(q, k_cache, v_cache, rows, kv_lens)
-    if backend == "sdpa" and decode:  # decode fallback: batched SDPA over the rows' caches
-        return _sdpa_decode(q, k_cache[rows], v_cache[rows], kv_lens)
+    if backend == "sdpa" and decode:  # decode fallback: batched SDPA over the rows' caches (max_kv keys if known)
+        L = max_kv or k_cache.shape[1]
+        return _sdpa_decode(q, k_cache[rows, :L], v_cache[rows, :L], kv_lens)
     if backend == "flash_attn" and decode:  # decode: one query per row
         out = flash_attn_with_kvcache(q[:, None], k_cache, v_cache, cache_seqlens=kv_lens,
                                       cache_batch_idx=rows.to(torch.int32), causal=True)
