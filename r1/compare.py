@@ -53,7 +53,10 @@ def main(argv=None):
     p.add_argument("a", help="baseline eval folder (eval.out) or eval_trajectories.jsonl.gz")
     p.add_argument("b", help="the model compared with it")
     a = p.parse_args(argv)
-    r = mcnemar(correct_by_problem(a.a), correct_by_problem(a.b))
+    try:
+        r = mcnemar(correct_by_problem(a.a), correct_by_problem(a.b))
+    except (OSError, ValueError) as e:  # a wrong path, a damaged file, evals of different problems
+        raise SystemExit(f"error: {e}") from None
     print(f"{r['n']} problems: {100 * r['acc_a']:.2f}% -> {100 * r['acc_b']:.2f}% ({r['delta_points']:+.2f} points), "
           f"gained {r['gained']}, lost {r['lost']}, McNemar z = {r['z']:.2f}, p = {r['p']:.3g}")
     print(json.dumps(r))

@@ -129,3 +129,5 @@ def test_compare_counts_paired_gains_and_losses(tmp_path, capsys):
         compare.correct_by_problem(str(tmp_path / "dup.jsonl.gz"))
     with pytest.raises(ValueError, match="share no problem"):
         compare.mcnemar({"x": 1.0}, {"y": 1.0})
+    with pytest.raises(SystemExit, match="^error: no trajectory file .*nope"):  # one line, no traceback
+        compare.main([str(tmp_path / "nope"), str(tmp_path / "b.jsonl.gz")])
