@@ -53,9 +53,15 @@ def main(argv=None):
     p.add_argument("a", help="baseline eval folder (eval.out) or eval_trajectories.jsonl.gz")
     p.add_argument("b", help="the model compared with it")
     a = p.parse_args(argv)
+    evals = []
+    for path in (a.a, a.b):
+        try:
+            evals.append(correct_by_problem(path))
+        except (OSError, ValueError) as e:  # a wrong path, a damaged file: one line that names it
+            raise SystemExit(f"error: {e}" if path in str(e) else f"error: {path}: {e}") from None
     try:
-        r = mcnemar(correct_by_problem(a.a), correct_by_problem(a.b))
-    except (OSError, ValueError) as e:  # a wrong path, a damaged file, evals of different problems
+        r = mcnemar(*evals)
+    except ValueError as e:  # evals of different problems
         raise SystemExit(f"error: {e}") from None
     print(f"{r['n']} problems: {100 * r['acc_a']:.2f}% -> {100 * r['acc_b']:.2f}% ({r['delta_points']:+.2f} points), "
           f"gained {r['gained']}, lost {r['lost']}, McNemar z = {r['z']:.2f}, p = {r['p']:.3g}")

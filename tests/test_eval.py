@@ -131,3 +131,6 @@ def test_compare_counts_paired_gains_and_losses(tmp_path, capsys):
         compare.mcnemar({"x": 1.0}, {"y": 1.0})
     with pytest.raises(SystemExit, match="^error: no trajectory file .*nope"):  # one line, no traceback
         compare.main([str(tmp_path / "nope"), str(tmp_path / "b.jsonl.gz")])
+    (tmp_path / "junk.jsonl.gz").write_text("not gzip")
+    with pytest.raises(SystemExit, match="^error: .*junk.jsonl.gz: "):
+        compare.main([str(tmp_path / "b.jsonl.gz"), str(tmp_path / "junk.jsonl.gz")])
