@@ -46,6 +46,34 @@ def test_cache_decode_matches_full_forward(arch):
                 assert (got[b] - want).abs().max() < 1e-4
 
 
+def test_compiled_ops_write_the_cache_like_eager():
+    """compile_ops() fuses RoPE with both cache writes (OPS.rope_write): the cache holds the same keys and
+    values at the same slots and positions, and decode through it gives the eager logits."""
+    from r1.model import compile_ops
+
+    model = tiny("qwen2")
+    prompts, rows = [[5, 6, 7], [1, 2, 3, 4, 8, 9, 10]], torch.tensor([3, 1])
+    ids, pos, cu, mx = pack(prompts)
+    lens = torch.tensor([3, 7])
+    runs = []
+    for on in (False, True):
+        cache = KVCache.empty(model.cfg, 4, 16, torch.float32, "cpu")
+        compile_ops(on)
+        try:
+            with torch.no_grad():
+                st = CacheStep(rows, torch.repeat_interleave(torch.arange(2), lens), cu, mx, lens.to(torch.int32))
+                model.hidden(ids, pos, cache=cache, step=st)  # fresh prefill: writes, attends within
+                one = CacheStep(rows, torch.arange(2), torch.arange(3, dtype=torch.int32), 1, (lens + 1).to(torch.int32))
+                out = model(torch.tensor([11, 12]), lens, cache=cache, step=one)  # decode: reads the cache
+        finally:
+            compile_ops(False)
+        runs.append((cache, out))
+    (c0, o0), (c1, o1) = runs
+    assert c1.k.abs().sum() > 0 and c1.k[:, [0, 2]].abs().sum() == 0  # only the rows' slots were written
+    assert (c0.k - c1.k).abs().max() < 1e-5 and (c0.v - c1.v).abs().max() < 1e-5
+    assert (o0 - o1).abs().max() < 1e-4
+
+
 def naive_greedy(model, prompt, n, stop=()):
     seq = list(prompt)
     for _ in range(n):
