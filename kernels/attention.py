@@ -137,9 +137,10 @@ def cache_attention(q, k_cache, v_cache, cu_q, max_q: int, rows, kv_lens, backen
     backend = backend or pick_backend(q)
     B = rows.shape[0]
     decode = q.shape[0] == B and max_q == 1
-    if picked and backend == "math" and max_kv > 0:
-        # No GPU kernel applies (the CPU, fp32) and the keys are bounded: the batched SDPA calls (one per
-        # layer, not one per row); backend="math" keeps the per-row loop, the reference.
+    if picked and backend == "math" and (max_kv > 0 or decode):
+        # No GPU kernel applies (the CPU, fp32 on CUDA): the batched SDPA calls (one per layer, not one
+        # per row). A decode step needs no host sync on that path (max_kv = 0: it masks all L keys), so a
+        # captured fp32 decode graph works; backend="math" keeps the per-row loop, the reference.
         backend = "sdpa"
     if backend == "torch_flash" and not PAGED:
         backend = _decode_fallback(q, k_cache, v_cache, decode)
