@@ -23,6 +23,10 @@
 #     BENCH="python3 bench/rollout_multiturn.py; python3 bench/profile_decode.py" \
 #     EXTRA="python3 bench/rollout.py --save" \
 #     setsid nohup bash bench/h200_learn.sh /root/stage/smollm2.gguf /root/stage/gsm8k /root/res &
+# The third run (docs/results/run3): one RL run per GPU, GRPO with the uniform-group filter, the rollout
+#   paths timed on GPU A during SFT:
+#   RL_TIME=900 SKIP="eval-base logprob-gap fsdp quickstart" GRPO_EXTRA="algo.drop_uniform_groups=true" \
+#     BENCH="SKIP_TESTS=1 timeout 330 bash bench/h200_rollout_paths.sh /root/res/paths" setsid nohup bash ...
 #   bench/h200_collect.sh /root/res . $OUT     # in later calls: progress, metrics, evals, logs
 set -u
 M=$1; D=$2; R=$3; mkdir -p "$R"
