@@ -18,9 +18,10 @@ fp16/bf16), torch's own FlashAttention `varlen_attn` (torch >= 2.10, CUDA,
 fp16/bf16), else a math path that loops over sequences with SDPA. The math
 path is the reference the tests compare the others with; it needs host
 sync (lengths as Python ints), which is fine on the CPU. When the backend is
-picked automatically, is "math" and the caller knows max_kv (the generator
-always passes it outside CUDA graphs), cache reads take the batched SDPA
-calls instead (`_sdpa_decode` over the first max_kv keys, `_sdpa_chunks`).
+picked automatically and is "math" (the CPU, fp32 on CUDA), a decode step
+takes the batched `_sdpa_decode` instead (over the first max_kv keys when the
+caller knows max_kv, else all L with a mask: no host sync, so an fp32 decode
+graph can be captured), and chunks with a known max_kv take `_sdpa_chunks`.
 
 Decode (one query per row) where `varlen_attn` does not read the cache
 (torch 2.11 has no seqused_k/block_table; on newer torch the paged path is

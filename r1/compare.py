@@ -1,6 +1,6 @@
 """Paired comparison of two evaluations of the same test problems (McNemar).
 
-    python -m r1.compare runs/eval-sft runs/eval-rl [--json]
+    python -m r1.compare runs/eval-sft runs/eval-rl     # a summary line, then the same as JSON
 
 Accuracy differences of a few points on GSM8K's 1,319 problems are within
 noise unless paired: both models answered the same problems, so what counts

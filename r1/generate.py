@@ -40,8 +40,8 @@ CUDA graphs: on CUDA with `cuda_graphs=True`, the decode forward for each
 batch-size bucket is captured once and replayed (padding rows go to the
 scratch slot). With R1_FUSE=1 (or `fuse=True`), a model without gradients
 on CUDA gets fused q/k/v and gate/up matmuls (r1/model.py
-fuse_projections); its parameters and state_dict stay the same. Opt-in
-until a GPU run has timed and checked it (CPU-tested only).
+fuse_projections); its parameters and state_dict stay the same. Opt-in:
+on the H200 it gains 3.4% with R1_COMPILE=1 and nothing without it.
 """
 import hashlib
 import heapq
