@@ -1,12 +1,77 @@
 """Entry point: `python train.py --config configs/smoke.yaml key=value ...` (or under torchrun).
 
-train.stage=rl runs the RL loop (r1/trainer.py); train.stage=sft runs SFT on
-expert trajectories (r1/sft.py), whose exported hf/ folder starts RL.
+train.stage=rl runs the RL loop (r1/trainer.py); with train.sft_steps > 0 it
+first runs an SFT warm-up on the task's expert chats in run.dir/sft/ (r1/sft.py)
+and starts RL from that policy, all in one command that `run.resume=true`
+continues at any point. train.stage=sft runs SFT alone.
+
+Exit codes: 0 done, 2 a user error (config, paths, data, model, a run folder
+in the way: one `error:` line), 130 stopped with Ctrl-C, 1 a failure during training.
 """
 import argparse
+import gc
+import os
 import sys
 
 from r1.config import USER_ERRORS, ConfigError, describe, dump, load_config
+
+
+def sft_phase(cfg):
+    """The SFT phase of an RL run: its set-up (None when it is done already). Checks run.dir first."""
+    from r1.sft import setup_sft, warmup_config, warmup_done
+
+    if not cfg.run.resume and os.path.isdir(cfg.run.dir) and os.listdir(cfg.run.dir):
+        raise ConfigError(f"run.dir {cfg.run.dir} exists and is not empty; pass run.resume=true to continue it "
+                          f"or choose another run.dir (nothing was overwritten)")
+    main = int(os.environ.get("RANK", "0")) == 0
+    if warmup_done(cfg.run.dir):
+        if main:
+            print(f"SFT warm-up done in {os.path.join(cfg.run.dir, 'sft')}; RL starts from its policy", flush=True)
+        return None
+    sft = warmup_config(cfg)
+    if not sft.run.resume and os.path.isdir(sft.run.dir) and os.listdir(sft.run.dir):
+        raise ConfigError(f"{sft.run.dir} holds an SFT phase that stopped before its first checkpoint; "
+                          f"remove it (or choose another run.dir) and run again")
+    if main:
+        what = f"resuming from step {_sft_step(sft.run.dir)}" if sft.run.resume else "starting"
+        print(f"SFT warm-up: {cfg.train.sft_steps} steps on the task's expert chats in {sft.run.dir} "
+              f"({what}), then RL", flush=True)
+    return setup_sft(sft)
+
+
+def rl_after_sft(cfg):
+    """Point the RL run at the SFT phase's policy (and its critic and reference init)."""
+    from r1 import checkpoint
+
+    cfg.model.path = os.path.join(cfg.run.dir, "sft", "hf")
+    if cfg.run.resume and not checkpoint.latest(cfg.run.dir) and not os.path.exists(
+            os.path.join(cfg.run.dir, "metrics.jsonl")):
+        cfg.run.resume = False  # the SFT phase is all there is so far: RL starts fresh
+
+
+def _sft_step(run_dir):
+    import json
+
+    from r1 import checkpoint
+
+    path = checkpoint.latest(run_dir)
+    try:
+        with open(os.path.join(path, "extra.json")) as f:
+            return int(json.load(f)["iteration"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return "its latest checkpoint"
+
+
+def _free_cuda():
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def fail(e):
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
 
 
 def main(argv=None):
@@ -21,24 +86,36 @@ def main(argv=None):
     try:
         cfg = load_config(a.config, a.overrides)
     except ConfigError as e:
-        sys.exit(f"error: {e}")
-    import os
-
+        fail(e)
     if int(os.environ.get("RANK", "0")) == 0:
         print(dump(cfg), flush=True)
-    try:  # set-up errors (paths, models, tokenizer, data) are the user's: one line, exit 2
+    from r1.sft import train_sft
+
+    if cfg.train.stage == "sft" or cfg.train.sft_steps:
+        try:
+            if cfg.train.stage == "sft":
+                from r1.sft import setup_sft
+
+                sft = setup_sft(cfg)
+            else:
+                sft = sft_phase(cfg)
+        except USER_ERRORS as e:  # set-up errors (paths, models, tokenizer, data) are the user's: one line, exit 2
+            fail(e)
+        if sft is not None:
+            train_sft(sft)  # a failure during training keeps its traceback
+            del sft
+            gc.collect()
+            _free_cuda()
         if cfg.train.stage == "sft":
-            from r1.sft import setup_sft, train_sft
+            return
+        rl_after_sft(cfg)
+    try:
+        from r1.trainer import Trainer
 
-            job, run = setup_sft(cfg), train_sft
-        else:
-            from r1.trainer import Trainer
-
-            job, run = Trainer(cfg), lambda t: t.fit()
+        job = Trainer(cfg)
     except USER_ERRORS as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    run(job)  # a failure during training keeps its traceback
+        fail(e)
+    job.fit()  # a failure during training keeps its traceback
 
 
 if __name__ == "__main__":

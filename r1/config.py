@@ -74,9 +74,11 @@ class Model:
 @dataclass
 class Data:
     task: str = "synthetic"
-    """synthetic (embedded, no download), gsm8k (single step) or gsm8k_tool (multi-step with the calculator)."""
+    """A registered task (synthetic: embedded, no download; gsm8k: single step; gsm8k_tool: multi-step with the
+    calculator; see r1/tasks/builtin.py) or your own as package.module:attr (docs/tasks.md)."""
     path: str | None = None
-    """GSM8K folder (train.jsonl/test.jsonl or the HF parquet layout); unused for synthetic."""
+    """The task's data: for gsm8k/gsm8k_tool a folder (train/test .jsonl, .jsonl.gz or the HF parquet layout);
+    None = the copy shipped in data/gsm8k. Unused by synthetic."""
     level: int = 1
     """Synthetic task difficulty (1 = one operation ... higher = more chained steps)."""
     train_size: int = 2000
@@ -95,8 +97,13 @@ class Env:
     """Token budget of a step's prompt + response; exceeding it ends the episode (append/truncate) or slides the window."""
     malformed_penalty: float = 0.0
     """Reward added (use a negative number) for each step with a malformed tool call."""
-    tools: list[str] = field(default_factory=lambda: ["calculator"])
-    """Tools offered by ToolEnv tasks (names known to r1.envs.tools.get_tool)."""
+    format_reward: float = 0.0
+    """Shaping: reward added for each step whose tool calls are all well formed, and for a final answer in
+    the task's answer format (0 = off; a small value such as 0.05; see docs/tasks.md on reward hacking)."""
+    tool_success_reward: float = 0.0
+    """Shaping: reward added for each step whose tool calls all ran without error (0 = off)."""
+    tools: list[str] | None = None
+    """Tools the env offers: registered names or package.module:attr; null = the task's own tools."""
 
 
 @dataclass
@@ -177,6 +184,11 @@ class Train:
     """rl or sft (SFT on expert trajectories, loss on assistant tokens only)."""
     steps: int = 10
     """RL iterations (rl) or optimizer steps (sft)."""
+    sft_steps: int = 0
+    """rl: first run this many SFT optimizer steps on the task's expert chats (a warm-up phase in run.dir/sft/,
+    logged as sft_* metrics), then RL from that policy (0 = RL from model.path)."""
+    sft_lr: float = 1e-5
+    """Learning rate of the SFT warm-up phase (train.sft_steps > 0)."""
     lr: float = 1e-6
     """Policy learning rate."""
     critic_lr: float = 1e-5
@@ -244,7 +256,7 @@ class Config:
 
 CHOICES = {
     "run.device": ["auto", "cpu", "cuda"], "run.dtype": ["auto", "float32", "bfloat16"],
-    "model.arch": ["llama", "qwen2", "qwen3"], "data.task": ["synthetic", "gsm8k", "gsm8k_tool"],
+    "model.arch": ["llama", "qwen2", "qwen3"],
     "env.context_policy": ["append", "window", "truncate"],
     "algo.advantage": ["step_gae", "token_gae", "grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline"],
     "algo.reward_level": ["trajectory", "step"], "algo.ratio_level": ["token", "step"],
@@ -266,7 +278,8 @@ BOUNDS = {
     "algo.ppo_epochs": (1, None), "algo.minibatches": (1, None),
     "train.steps": (0, None), "train.lr": (0.0, None), "train.critic_lr": (0.0, None), "train.warmup": (0, None),
     "train.weight_decay": (0.0, None), "train.grad_clip": (0.0, None), "train.micro_tokens": (1, None),
-    "train.sft_batch": (1, None), "train.checkpoint_every": (1, None), "train.time_limit": (0.0, None),
+    "train.sft_batch": (1, None), "train.sft_steps": (0, None), "train.sft_lr": (0.0, None),
+    "env.format_reward": (0.0, None), "env.tool_success_reward": (0.0, None), "train.checkpoint_every": (1, None), "train.time_limit": (0.0, None),
     "eval.every": (0, None), "eval.limit": (0, None), "eval.n": (1, None), "eval.temperature": (0.0, None),
 }
 
@@ -505,19 +518,30 @@ def validate(cfg: Config, origin: dict | None = None):
         fail("algo.log_ratio_clamp", "> 0")
     if 0 < cfg.algo.dual_clip <= 1:
         fail("algo.dual_clip", "0 (off) or > 1")
+    from r1.tasks.registry import get_task, task_tools  # stdlib only; imports the user's task module, if named
+
+    try:
+        task = get_task(cfg.data.task)
+    except ValueError as e:
+        raise ConfigError(f"config key {name('data.task')}: {e}") from None
     if cfg.data.task == "synthetic":
-        from r1.tasks.synthetic import MAX_LEVEL  # stdlib only: cheap, and the limit lives with the task
+        from r1.tasks.synthetic import MAX_LEVEL  # the limit lives with the task
 
         if cfg.data.level > MAX_LEVEL:
             fail("data.level", f"in [1, {MAX_LEVEL}] for data.task=synthetic")
-    elif not cfg.data.path:
-        raise ConfigError(f"config key {name('data.path')} must name a GSM8K folder or file "
-                          f"for data.task={cfg.data.task}, got {cfg.data.path!r}")
-    from r1.envs.tools import TOOLS  # stdlib only
-
-    for tool in cfg.env.tools:
-        if tool not in TOOLS:
-            fail("env.tools", f"a list of known tools ({', '.join(sorted(TOOLS))}); {tool!r} is not one")
+    if task.needs_path and not cfg.data.path:
+        raise ConfigError(f"config key {name('data.path')} must name the data of data.task={cfg.data.task}, "
+                          f"got {cfg.data.path!r}")
+    try:
+        task_tools(cfg, task)
+    except ValueError as e:
+        raise ConfigError(f"config key {name('env.tools')}: {e}") from None
+    if cfg.train.sft_steps and cfg.train.stage == "sft":
+        raise ConfigError(f"config key {name('train.sft_steps')} is the SFT warm-up of an RL run; with "
+                          f"train.stage=sft use train.steps, got train.sft_steps={cfg.train.sft_steps}")
+    if (cfg.train.sft_steps or cfg.train.stage == "sft") and task.expert is None:
+        raise ConfigError(f"config key {name('data.task')}: task {task.name} has no expert chats for SFT "
+                          f"(train.stage=sft or train.sft_steps > 0 need one)")
     if cfg.rollout.max_new_tokens >= cfg.env.max_context:
         raise ConfigError(f"config key {name('rollout.max_new_tokens')} must be below env.max_context "
                           f"({cfg.env.max_context}{origin.get('env.max_context', ', the default')}), which also "

@@ -9,8 +9,12 @@ the forced newline after it and the tool turn rendered incrementally (mask
 0). So SFT trains on the token structure RL will sample in.
 
 The run folder is the RL trainer's (config.yaml, metrics.jsonl, tensorboard,
-checkpoints/, hf/); `model.path=RUN_DIR/hf` starts RL from it.
+checkpoints/, hf/); `model.path=RUN_DIR/hf` starts RL from it. An RL config
+with `train.sft_steps > 0` runs this as its first phase, in RUN_DIR/sft/
+(`warmup_config`), and RL then starts from RUN_DIR/sft/hf in the same
+command; `tensorboard --logdir RUN_DIR` shows both phases.
 """
+import copy
 import math
 import os
 import time
@@ -21,9 +25,12 @@ import torch
 from r1 import checkpoint, distributed
 from r1.logger import Logger
 from r1.packing import split_by_tokens
-from r1.tasks import gsm8k, synthetic
+from r1.envs.tools import get_tool
 from r1.tasks.data import epoch_order, load_rows
+from r1.tasks.registry import get_task, task_tools
 from r1.trainer import build_model, check_run_dir, create_run_dir, lr_lambda, run_tokenizer
+
+DONE = "done"  # written after hf/: the SFT phase of an RL run is complete
 
 
 def expert_example(tok, messages, tools) -> tuple:
@@ -57,10 +64,32 @@ def expert_example(tok, messages, tools) -> tuple:
     return ids, mask
 
 
-def expert_chats(cfg, rows) -> list:
-    if cfg.data.task == "synthetic":
-        return [synthetic.expert_messages(r) for r in rows]
-    return [gsm8k.expert_messages(r, tools=cfg.data.task == "gsm8k_tool") for r in rows]
+def expert_chats(cfg, rows, tools=None) -> list:
+    """The task's expert chat for each row (the task registry's `expert`)."""
+    task = get_task(cfg.data.task)
+    return [task.expert(r, tools) for r in rows]
+
+
+def tool_schemas(cfg) -> list | None:
+    """The OpenAI schemas of the run's tools (the task's own unless env.tools says otherwise), or None."""
+    names = task_tools(cfg, get_task(cfg.data.task))
+    return [get_tool(n).schema for n in names] or None
+
+
+def warmup_config(cfg):
+    """The SFT phase of an RL run with train.sft_steps > 0: the same config as an SFT run in run.dir/sft/."""
+    sft = copy.deepcopy(cfg)
+    sft.run.dir = os.path.join(cfg.run.dir, "sft")
+    sft.train.stage, sft.train.steps, sft.train.lr = "sft", cfg.train.sft_steps, cfg.train.sft_lr
+    sft.train.sft_steps, sft.train.warmup, sft.train.schedule = 0, 0, "constant"
+    sft.train.checkpoint_every = max(1, min(cfg.train.checkpoint_every * 10, cfg.train.sft_steps))
+    sft.run.resume = bool(checkpoint.latest(sft.run.dir))
+    return sft
+
+
+def warmup_done(run_dir: str) -> bool:
+    """Whether the SFT phase in run_dir/sft finished and exported its policy."""
+    return os.path.isfile(os.path.join(run_dir, "sft", DONE))
 
 
 def run_sft(cfg):
@@ -76,9 +105,9 @@ def setup_sft(cfg) -> dict:
     model = build_model(cfg.model.path, cfg, tok, d.device, seed=cfg.run.seed)
     mcfg = model.cfg
     model = distributed.parallelize(model, d, cfg.train.activation_checkpointing)
-    tools = [_calculator_schema()] if cfg.data.task in ("gsm8k_tool", "synthetic") else None
+    tools = tool_schemas(cfg)
     rows = load_rows(cfg, "train")
-    examples = [expert_example(tok, m, tools) for m in expert_chats(cfg, rows)]
+    examples = [expert_example(tok, m, tools) for m in expert_chats(cfg, rows, tools)]
     examples = [e for e in examples if len(e[0]) <= cfg.env.max_context]
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay, betas=(0.9, 0.95))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg, cfg.train.steps))
@@ -135,15 +164,11 @@ def train_sft(s: dict):
         if d.main:
             save_hf({k: v.detach().cpu().contiguous() for k, v in full.items()}, mcfg.to_hf(torch.float32),
                     os.path.join(cfg.run.dir, "hf"), tokenizer=tok.hf)
+            with open(os.path.join(cfg.run.dir, DONE), "w") as f:
+                f.write(f"{cfg.train.steps}\n")
         distributed.barrier(d)
     finally:
         log.close()
-
-
-def _calculator_schema():
-    from r1.envs.tools import get_tool
-
-    return get_tool("calculator").schema
 
 
 def _batch(examples, step, B, seed):

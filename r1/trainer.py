@@ -30,7 +30,7 @@ from r1 import checkpoint, distributed
 from r1.algos.losses import aggregate, entropy_bonus, kl_penalty, ppo_policy_loss, value_loss
 from r1.config import Config, save as save_config
 from r1.credit import compute as compute_credit, informative_groups
-from r1.envs.tool_env import make_env
+from r1.tasks.registry import make_env
 from r1.generate import Generator, Sampling
 from r1.logger import Logger
 from r1.model import Transformer, tiny_config
@@ -68,7 +68,8 @@ def build_model(path: str, cfg: Config, tok, device, value_head=False, seed=0) -
 def check_run_dir(cfg: Config):
     """Refuse to overwrite a run. Every rank checks before any rank writes (see create_run_dir)."""
     d = cfg.run.dir
-    if os.path.exists(d) and os.listdir(d) and not cfg.run.resume:
+    # an RL run's own SFT phase (train.sft_steps) lives in run.dir/sft and is not another run
+    if os.path.exists(d) and set(os.listdir(d)) - ({"sft"} if cfg.train.sft_steps else set()) and not cfg.run.resume:
         raise SystemExit(f"error: run.dir {d} exists and is not empty; pass run.resume=true to continue it "
                          f"or choose another run.dir (nothing was overwritten)")
     if cfg.run.resume and not checkpoint.latest(d) and os.path.exists(os.path.join(d, "metrics.jsonl")):

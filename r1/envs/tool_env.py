@@ -13,6 +13,16 @@ result or an error that quotes the model is defanged (`< |im_end|>`), so an
 echoed name cannot forge a turn boundary when the template encodes it.
 
 With `tools=()` and `max_steps=1` the same class is the single-step task.
+
+Rewards: the task's score of the final answer (also kept in the step's info
+as `score`, and `correct` = score > 0, so accuracy never counts a shaping
+bonus). Shaped terms, each off by default (the seed's advice: start from the
+plain task reward): `format_reward` for a step whose tool calls are all well
+formed or a final answer in the task's answer format (`answer_format(text)`),
+`malformed_penalty` for a step with a malformed call, `tool_success_reward`
+for a step whose tool calls all succeeded. All are paid per step, at most
+once a step, so an episode's shaping is bounded by max_steps times the
+largest of them; see docs/tasks.md for how each can be gamed.
 """
 import json
 
@@ -61,9 +71,11 @@ def parse_tool_calls(text: str, max_calls: int = 8):
 
 class ToolEnv(Env):
     def __init__(self, tokenizer, make_prompt, score, tools=("calculator",), max_steps: int = 4,
-                 malformed_penalty: float = 0.0, max_calls: int = 8, **context):
+                 malformed_penalty: float = 0.0, max_calls: int = 8, format_reward: float = 0.0,
+                 tool_success_reward: float = 0.0, answer_format=None, **context):
         super().__init__(tokenizer, **context)
-        self.make_prompt, self.score = make_prompt, score
+        self.make_prompt, self.score, self.answer_format = make_prompt, score, answer_format
+        self.format_reward, self.tool_success_reward = format_reward, tool_success_reward
         self.tool_fns = {name: get_tool(name) for name in tools}
         self.tools = [t.schema for t in self.tool_fns.values()]
         self.max_steps, self.penalty, self.max_calls = max_steps, malformed_penalty, max_calls
@@ -81,8 +93,10 @@ class ToolEnv(Env):
             errors = self.reply_errors(action.text) + errors
         info = {"tool_calls": len(calls), "errors": [k for k, _ in errors], "final": False}
         if not calls and not errors:
-            info["final"] = True
-            return None, float(self.score(action.text, self.sample["answer"])), True, info
+            score = float(self.score(action.text, self.sample["answer"]))
+            info.update(final=True, score=score, correct=score > 0)
+            formatted = self.format_reward and self.answer_format is not None and self.answer_format(action.text)
+            return None, score + (self.format_reward if formatted else 0.0), True, info
         results = []
         for name, args in calls:
             tool = self.tool_fns.get(name)
@@ -100,7 +114,9 @@ class ToolEnv(Env):
             results.append({"role": "tool", "name": self.defang(name[:40]), "content": self.defang(text)})
         for kind, message in errors:
             results.append({"role": "tool", "name": "error", "content": self.defang(f"error ({kind}): {message}")})
-        reward = self.penalty if info["errors"] else 0.0
+        well_formed = all(k == "tool_error" for k in info["errors"])  # a call that ran and failed was well formed
+        reward = ((self.penalty if info["errors"] else 0.0) + (self.format_reward if well_formed else 0.0)
+                  + (self.tool_success_reward if not info["errors"] else 0.0))
         if self.t >= self.max_steps:
             info["reason"] = "max_steps"
             return None, reward, True, info
@@ -127,14 +143,10 @@ class ToolEnv(Env):
         return text
 
 
-def make_env(cfg, tokenizer):
-    """The env factory for a config's task (used by the trainer and eval.py)."""
-    from r1.tasks import gsm8k
-
-    task = cfg.data.task
-    tools = tuple(cfg.env.tools) if task in ("gsm8k_tool", "synthetic") else ()
-    return lambda: ToolEnv(tokenizer, gsm8k.make_prompt, gsm8k.score, tools=tools,
-                           max_steps=cfg.env.max_steps if tools else 1, malformed_penalty=cfg.env.malformed_penalty,
-                           max_context=cfg.env.max_context, max_new_tokens=cfg.rollout.max_new_tokens,
-                           policy=cfg.env.context_policy)
-
+def tool_env(cfg, tokenizer, tools, make_prompt, score, answer_format=None) -> ToolEnv:
+    """A ToolEnv with the config's env.* and rollout.* settings: the env factory of most tasks."""
+    e = cfg.env
+    return ToolEnv(tokenizer, make_prompt, score, tools=tuple(tools), max_steps=e.max_steps if tools else 1,
+                   malformed_penalty=e.malformed_penalty, format_reward=e.format_reward,
+                   tool_success_reward=e.tool_success_reward, answer_format=answer_format,
+                   max_context=e.max_context, max_new_tokens=cfg.rollout.max_new_tokens, policy=e.context_policy)

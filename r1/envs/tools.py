@@ -380,3 +380,26 @@ def get_tool(name: str) -> Tool:
     if name not in TOOLS:
         raise KeyError(f"unknown tool {name!r}; known tools: {', '.join(sorted(TOOLS))}")
     return TOOLS[name]
+
+
+def resolve_tool(spec: str) -> str:
+    """A config's tool entry -> a registered tool name: a registered name, or `package.module:attr`
+    (attr a Tool, registered here; its module may register others on import). ValueError names the
+    closest known tools."""
+    if ":" in spec:
+        from r1.tasks.registry import import_attr
+
+        tool = import_attr(spec, "env.tools entry")
+        if not isinstance(tool, Tool):
+            raise ValueError(f"env.tools entry {spec!r} is a {type(tool).__name__}, not an r1.envs.tools.Tool")
+        if TOOLS.get(tool.name) is not tool:
+            register_tool(tool, replace=True)
+        return tool.name
+    if spec not in TOOLS:
+        import difflib
+
+        close = difflib.get_close_matches(spec, TOOLS, n=3, cutoff=0.5)
+        hint = f"did you mean {', '.join(close)}? " if close else ""
+        raise ValueError(f"unknown tool {spec!r} in env.tools; {hint}known: {', '.join(sorted(TOOLS))} "
+                         f"(or package.module:attr for your own)")
+    return spec

@@ -18,10 +18,12 @@ turn whose content comes from running our calculator, not from the annotation,
 so the chat shows exactly what the environment would return.
 
 Loading reads the openai/grade-school-math jsonl files (`train.jsonl`,
-`test.jsonl`) or the Hugging Face parquet layout (`main/train-*.parquet`,
+`test.jsonl`, or gzipped as `.jsonl.gz`, the copy shipped in data/gsm8k)
+or the Hugging Face parquet layout (`main/train-*.parquet`,
 needs pyarrow). Nothing here knows where a particular machine keeps the data.
 """
 
+import gzip
 import json
 import re
 import warnings
@@ -145,17 +147,19 @@ def _split_files(root: Path, split: str) -> list[Path]:
         return [root]
     if not root.is_dir():
         raise FileNotFoundError(f"GSM8K data not found: {root} is neither a file nor a directory")
-    for candidates in ([root / f"{split}.jsonl"], sorted((root / "main").glob(f"{split}-*.parquet")),
+    for candidates in ([root / f"{split}.jsonl"], [root / f"{split}.jsonl.gz"],
+                       sorted((root / "main").glob(f"{split}-*.parquet")),
                        sorted(root.glob(f"{split}-*.parquet"))):
         found = [path for path in candidates if path.is_file()]
         if found:
             return found
-    raise FileNotFoundError(f"no GSM8K split {split!r} in {root}: looked for {split}.jsonl, "
+    raise FileNotFoundError(f"no GSM8K split {split!r} in {root}: looked for {split}.jsonl, {split}.jsonl.gz, "
                             f"main/{split}-*.parquet and {split}-*.parquet")
 
 
 def _read_jsonl(path: Path):
-    with open(path, encoding="utf-8") as f:
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
         for line_no, line in enumerate(f, start=1):
             if not line.strip():
                 continue

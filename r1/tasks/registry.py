@@ -1,0 +1,122 @@
+"""The task registry: one place that defines a task, built-in or a user's.
+
+A `Task` holds everything `train.py` (RL and SFT) and `eval.py` need:
+
+- `rows(cfg, split)`: the task's rows (dicts with at least "id" and what its
+  env reads; "answer" is handed to the reward);
+- `env(cfg, tokenizer, tools)`: one new environment (an `r1.envs.base.Env`),
+  called once per episode slot; `tools` is the resolved `env.tools`;
+- `tools`: the tools its env offers when `env.tools` is left unset; a task
+  with no tools is refused if the config gives it some, and a task with
+  tools is refused if the config takes them all away (a silent run without
+  the calculator trained nothing, once);
+- `expert(row, tools)`: optional, an expert chat (messages) for the SFT
+  warm-up; `tools` is the list of tool schemas, or None;
+- `needs_path`: whether `data.path` must be set (a task whose data is
+  generated or shipped leaves it False).
+
+`data.task` names a registered task or `package.module:attr` (attr is a
+Task); the module is imported when the config is validated, so the tasks
+and tools it registers on import count. The built-in tasks register
+themselves in `r1/tasks/builtin.py`, the same way a user's module would.
+This file imports nothing heavy: config validation uses it before torch.
+"""
+import difflib
+import importlib
+import os
+import sys
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    rows: Callable  # (cfg, split: str) -> list[dict]
+    env: Callable  # (cfg, tokenizer, tools: tuple[str, ...]) -> Env
+    tools: tuple = ()  # default tools; () = the task takes no tools
+    expert: Callable | None = None  # (row, tools: list[dict] | None) -> chat messages, for SFT
+    needs_path: bool = False  # data.path must name the task's data
+    doc: str = ""
+
+
+TASKS: dict[str, Task] = {}
+
+
+def register_task(task: Task, replace: bool = False) -> Task:
+    """Add a task under task.name; registering a taken name again is an error unless replace=True."""
+    if not isinstance(task, Task):
+        raise TypeError(f"register_task expects an r1.tasks.registry.Task, got {type(task).__name__}")
+    if task.name in TASKS and TASKS[task.name] is not task and not replace:
+        raise ValueError(f"task {task.name!r} is already registered (pass replace=True to replace it)")
+    TASKS[task.name] = task
+    return task
+
+
+def import_attr(spec: str, what: str):
+    """`package.module:attr` -> the attribute; one-line errors naming the spec.
+
+    The current directory is put on sys.path (as `python -m` would), so a module
+    beside the command (`countdown.py`, `examples/countdown.py`) imports."""
+    module, _, attr = spec.partition(":")
+    if not module or not attr:
+        raise ValueError(f"{what} {spec!r}: expected a registered name or package.module:attr")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as e:
+        raise ValueError(f"{what} {spec!r}: cannot import module {module!r} ({e})") from None
+    if not hasattr(mod, attr):
+        raise ValueError(f"{what} {spec!r}: module {module!r} has no attribute {attr!r}")
+    return getattr(mod, attr)
+
+
+def get_task(name: str) -> Task:
+    """A registered task by name, or `package.module:attr`; ValueError naming the closest names."""
+    _builtins()
+    if ":" in name:
+        task = import_attr(name, "data.task")
+        if not isinstance(task, Task):
+            raise ValueError(f"data.task {name!r} is a {type(task).__name__}, not an r1.tasks.registry.Task")
+        return register_task(task, replace=True) if TASKS.get(task.name) is not task else task
+    if name not in TASKS:
+        close = difflib.get_close_matches(name, TASKS, n=3, cutoff=0.5)
+        hint = f"did you mean {', '.join(close)}? " if close else ""
+        raise ValueError(f"unknown task {name!r}; {hint}known: {', '.join(sorted(TASKS))} "
+                         f"(or package.module:attr for your own)")
+    return TASKS[name]
+
+
+def task_tools(cfg, task: Task) -> tuple:
+    """The run's tool names: env.tools if set, else the task's own; a mismatch is a ValueError."""
+    from r1.envs.tools import resolve_tool  # stdlib only
+
+    tools = task.tools if cfg.env.tools is None else tuple(resolve_tool(t) for t in cfg.env.tools)
+    if task.tools and not tools:
+        raise ValueError(f"data.task={task.name} needs tools (it offers {', '.join(task.tools)}), "
+                         f"but env.tools is empty; leave env.tools unset for the task's own")
+    if tools and not task.tools:
+        raise ValueError(f"data.task={task.name} takes no tools, but env.tools={list(tools)}; "
+                         f"remove env.tools (or pick a task with tools, e.g. gsm8k_tool)")
+    return tools
+
+
+def make_env(cfg, tokenizer):
+    """The env factory of the config's task: a function returning a fresh env (the rollout loop's input)."""
+    task = get_task(cfg.data.task)
+    tools = task_tools(cfg, task)
+    return lambda: task.env(cfg, tokenizer, tools)
+
+
+def load_rows(cfg, split: str) -> list:
+    """The config's task's rows of one split."""
+    task = get_task(cfg.data.task)
+    rows = task.rows(cfg, split)
+    if not isinstance(rows, list):
+        raise ValueError(f"task {task.name}: rows(cfg, {split!r}) returned {type(rows).__name__}, expected a list")
+    return rows
+
+
+def _builtins():
+    import r1.tasks.builtin  # noqa: F401  (registers synthetic, gsm8k, gsm8k_tool)
