@@ -115,7 +115,26 @@ def main(argv=None):
         job = Trainer(cfg)
     except USER_ERRORS as e:
         fail(e)
+    if cfg.eval.every and job.start == 0:
+        eval_before(job, cfg)
     job.fit()  # a failure during training keeps its traceback
+    if job.d.main:
+        from r1.summary import summarize_run
+
+        print("\n" + "\n".join(summarize_run(cfg.run.dir, a.config[-1] if a.config else None)), flush=True)
+
+
+def eval_before(job, cfg):
+    """Held-out accuracy of the starting policy, logged as iteration 0, so every curve has a 'before'."""
+    from r1.evaluate import evaluate
+
+    res = evaluate(job, job.eval_rows, cfg, out_dir=None)
+    bar, job.logger.bar = job.logger.bar, None  # iteration 0 is not a step of the progress bar
+    job.logger.log(0, {f"eval_{k}": v for k, v in res.items() if isinstance(v, (int, float))})
+    job.logger.bar = bar
+    if job.d.main:
+        print(f"held-out accuracy before RL: {100 * res.get('accuracy', 0):.1f}% of {res.get('n', 0)} problems",
+              flush=True)
 
 
 if __name__ == "__main__":

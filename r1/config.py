@@ -185,8 +185,9 @@ class Train:
     steps: int = 10
     """RL iterations (rl) or optimizer steps (sft)."""
     sft_steps: int = 0
-    """rl: first run this many SFT optimizer steps on the task's expert chats (a warm-up phase in run.dir/sft/,
-    logged as sft_* metrics), then RL from that policy (0 = RL from model.path)."""
+    """rl: first run this many SFT optimizer steps (train.sft_batch chats each, lr train.sft_lr, linear warm-up
+    over min(20, steps/10) then cosine to 10%) on the task's expert chats, a phase in run.dir/sft/ with its own
+    metrics.jsonl and tb/, then RL from that policy (0 = RL from model.path)."""
     sft_lr: float = 1e-5
     """Learning rate of the SFT warm-up phase (train.sft_steps > 0)."""
     lr: float = 1e-6

@@ -534,7 +534,7 @@ def _reduce_stats(stats: dict, d) -> dict:
 
 
 def _traj_stats(t) -> dict:
-    return {"reward": t.total_reward, "correct": float(any(s.info.get("final") and s.reward > 0 for s in t.steps)),
+    return {"reward": t.total_reward, "correct": float(any(s.info.get("correct", s.info.get("final") and s.reward > 0) for s in t.steps)),
             "turns": len(t.steps), "tool_calls": t.num_tool_calls, "errors": t.num_errors,
             "malformed_steps": sum(1 for s in t.steps if s.info.get("errors")),
             "response_len": sum(len(s.response_ids) for s in t.steps), "termination": t.termination}

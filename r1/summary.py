@@ -1,0 +1,87 @@
+"""The few lines a run ends with: what ran, what changed, where it is, what to try next.
+
+Read back from the run folder (metrics.jsonl, and sft/metrics.jsonl for the
+SFT phase of `train.sft_steps`), so the summary says what was written, not
+what the process believes, and `python -m r1.summary RUN_DIR` prints it again
+for any finished or stopped run.
+"""
+import json
+import os
+import sys
+
+
+def read_metrics(path: str) -> list:
+    """The JSON lines of a metrics file; a line cut short by a crash is skipped."""
+    if not os.path.isfile(path):
+        return []
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict):
+                out.append(row)
+    return out
+
+
+def _mean(rows: list, key: str):
+    vals = [r[key] for r in rows if isinstance(r.get(key), (int, float))]
+    return sum(vals) / len(vals) if vals else None
+
+
+def _fmt(x, pct=False) -> str:
+    if x is None:
+        return "n/a"
+    return f"{100 * x:.1f}%" if pct else f"{x:.3f}"
+
+
+def summarize_run(run_dir: str, config_path: str | None = None) -> list[str]:
+    """Lines of text describing the run in run_dir."""
+    lines = [f"run folder: {run_dir}"]
+    sft = read_metrics(os.path.join(run_dir, "sft", "metrics.jsonl"))
+    if sft:
+        first, last = sft[0].get("sft_loss"), sft[-1].get("sft_loss")
+        lines.append(f"SFT warm-up: {len(sft)} steps, loss {_fmt(first)} -> {_fmt(last)} (run folder sft/)")
+    rl = [r for r in read_metrics(os.path.join(run_dir, "metrics.jsonl")) if r.get("iter", 0) >= 1]
+    evals = [r for r in read_metrics(os.path.join(run_dir, "metrics.jsonl")) if "eval_accuracy" in r]
+    if rl:
+        k = max(1, min(5, len(rl) // 2))
+        head, tail = rl[:k], rl[-k:]
+        lines.append(f"RL: {len(rl)} iterations; batch reward {_fmt(_mean(head, 'reward_mean'))} -> "
+                     f"{_fmt(_mean(tail, 'reward_mean'))}, accuracy {_fmt(_mean(head, 'accuracy'), True)} -> "
+                     f"{_fmt(_mean(tail, 'accuracy'), True)} (mean of the first / last {k})")
+        gap = _mean(rl, "logprob_gap_mean")
+        if gap is not None:
+            lines.append(f"sampler-trainer logprob gap: mean {gap:.2e} over the run")
+    if evals:
+        a, b = evals[0], evals[-1]
+        n = int(b.get("eval_n", 0) or 0)
+        when = lambda r: "before RL" if r.get("iter", 0) == 0 else f"after iteration {r['iter']}"  # noqa: E731
+        if len(evals) > 1:
+            lines.append(f"held-out accuracy{f' ({n} problems, greedy)' if n else ''}: "
+                         f"{_fmt(a['eval_accuracy'], True)} {when(a)} -> {_fmt(b['eval_accuracy'], True)} {when(b)}")
+        else:
+            lines.append(f"held-out accuracy: {_fmt(b['eval_accuracy'], True)} {when(b)}")
+    if os.path.isdir(os.path.join(run_dir, "hf")):
+        lines.append(f"policy exported to {os.path.join(run_dir, 'hf')} (loads with transformers)")
+    cfg = config_path or os.path.join(run_dir, "config.yaml")
+    lines += ["next:",
+              f"  python -m r1.trajectory show {run_dir} --iter {len(rl) or 1} --index 0   # read an episode",
+              f"  python eval.py --config {cfg} model.path={run_dir} eval.limit=100          # held-out accuracy",
+              f"  python -m r1.plot {run_dir} --keys reward_mean --out reward.png                  # curves",
+              f"  tensorboard --logdir {run_dir}",
+              "  python train.py --config configs/gsm8k_tool.yaml   # GSM8K with the calculator (GPU advised)"]
+    return lines
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1 or not os.path.isdir(argv[0]):
+        sys.exit("usage: python -m r1.summary RUN_DIR")
+    print("\n".join(summarize_run(argv[0])))
+
+
+if __name__ == "__main__":
+    main()
