@@ -49,6 +49,13 @@ def main(argv=None):
     res["model"] = path
     res["task"] = cfg.data.task
     if trainer.d.main:
+        for sub in ("checkpoints", "trajectories"):  # the trainer's run-folder layout; evaluation writes neither
+            try:
+                os.rmdir(os.path.join(out, sub))
+            except OSError:
+                pass
+        print(f"wrote {os.path.join(out, 'eval.json')} and the greedy episodes, "
+              f"{os.path.join(out, 'eval_trajectories.jsonl.gz')}", file=sys.stderr, flush=True)
         print(json.dumps(res), flush=True)
 
 
