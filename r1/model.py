@@ -434,8 +434,8 @@ class Transformer(nn.Module):
 
     def head(self, h):
         """Hidden [..., hidden] -> logits [..., vocab] (or values [...] for a value model)."""
-        if self.value_head:
-            return self.score(h).squeeze(-1)
+        if self.value_head:  # a copy, not a view: FSDP2 warns that a view output can drop its backward hook
+            return self.score(h).squeeze(-1).clone()
         return F.linear(h, self.head_weight)
 
     def forward(self, input_ids, position_ids=None, cu_seqlens=None, max_seqlen=None, cache=None, step=None,
