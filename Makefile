@@ -25,7 +25,7 @@ smoke: setup
 	$(BIN)/python train.py --config configs/smoke.yaml run.dir=runs/smoke-$$(date +%Y%m%d-%H%M%S)
 
 test: setup
-	$(BIN)/python -m pytest -q -x tests
+	$(BIN)/python -m pytest -q tests
 
 clean:
 	rm -rf $(VENV) .pytest_cache
