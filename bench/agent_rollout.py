@@ -1,0 +1,364 @@
+"""The real agent loop at engine speed? GSM8K with the calculator, replayed, vs the engine alone.
+
+What runs is what training runs: AgentEnvLoop, ToolEnv with the calculator,
+the chat template rendering and tokenising every observation, the generator
+with stop ids and CUDA graphs, 512 GSM8K episodes on 512 slots. Only the
+sampled tokens are forced, so that two code paths (or two machines) do
+identical work: each episode replays the expert tool-use chat of its GSM8K
+problem (r1/tasks/gsm8k.py expert_messages, the SFT warm-up data), laid out
+as the SFT data is (r1/sft.py expert_example). Their shape is the real loop's:
+4.26 turns and 209 response tokens per episode on the first 512 training
+problems, against 4.2 turns and 222 tokens in the SFT model's GRPO run
+(docs/results/run3). The episodes are first played on the host through the same
+ToolEnv (`replay`), which gives each episode's whole token sequence; the
+generator then samples as usual (same kernels, same noise) and a wrapper of
+r1.generate.sample swaps in the token the sequence holds at that position
+(`forcing`): a row's seed names its episode, on the GPU, no host sync.
+
+Prints one JSON object per model: `agent_tok_s` (response tokens over the wall
+time of `loop.run`, as the trainer's rollout_tok_s), `single_turn_tok_s` (the
+engine alone in the same process: the same slots, the episodes' first prompts,
+each row generating the mean response length with no stop, as bench/rollout.py),
+their `ratio`, `replayed_exactly` (episodes whose every step came out as forced),
+and `breakdown`, seconds of a second, instrumented run (a CUDA sync around each
+GPU phase): decode, first_prompt_prefill, continuation_prefill, admit_other
+(first-token sampling and bookkeeping of admitted rows), env_main (first
+prompts and detokenising on the loop's thread), env_wait (the loop idle,
+waiting for environment threads), host_loop (the rest), plus env_threads
+(seconds inside environment steps, summed over the pool's threads) and, from the
+timed run, tail_s (wall time with under a quarter of the slots busy).
+
+    python bench/agent_rollout.py --model 135m [--episodes 512] [--slots 512] [--save [PATH]] [--profile]
+    R1_COMPILE=1 R1_FUSE=1 python bench/agent_rollout.py --model 3b
+Without CUDA it runs a tiny random model on the CPU through the same code (a
+check: tests/test_agent_rollout_bench.py). --tokenizer takes an HF tokenizer
+folder (the device has no GGUF); --data the GSM8K folder or train.jsonl.
+"""
+import argparse
+import contextlib
+import datetime
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+import r1.generate  # noqa: E402
+import r1.rollout  # noqa: E402
+from r1.envs.base import Action  # noqa: E402
+from r1.envs.tool_env import ToolEnv  # noqa: E402
+from r1.generate import Generator, Sampling  # noqa: E402
+from r1.model import ModelConfig, Transformer, tiny_config  # noqa: E402
+from r1.rollout import AgentEnvLoop  # noqa: E402
+from r1.sft import expert_example  # noqa: E402
+from r1.tasks import gsm8k  # noqa: E402
+from r1.tokenizer import load_tokenizer  # noqa: E402
+
+SHAPES = {
+    "3b": ModelConfig(arch="qwen2", vocab_size=151936, hidden_size=2048, intermediate_size=11008, num_layers=36,
+                      num_heads=16, num_kv_heads=2, head_dim=128, rope_theta=1e6, rms_eps=1e-6, tie_embeddings=True,
+                      qkv_bias=True),
+    "135m": ModelConfig(arch="llama", vocab_size=49152, hidden_size=576, intermediate_size=1536, num_layers=30,
+                        num_heads=9, num_kv_heads=3, head_dim=64, rope_theta=1e5, rms_eps=1e-5, tie_embeddings=True),
+}
+# configs/gsm8k_tool.yaml
+MAX_NEW, MAX_STEPS, MAX_CONTEXT, PENALTY = 192, 6, 2048, -0.1
+
+
+def make_env_factory(tok, max_new=MAX_NEW, max_steps=MAX_STEPS, max_context=MAX_CONTEXT):
+    return lambda: ToolEnv(tok, gsm8k.make_prompt, gsm8k.score, tools=("calculator",), max_steps=max_steps,
+                           malformed_penalty=PENALTY, max_context=max_context, max_new_tokens=max_new)
+
+
+def load_rows(path, count):
+    p = Path(path)
+    if p.is_dir():
+        p = p / "train.jsonl"
+    rows = gsm8k.load_split(p, "train")
+    if len(rows) < count:
+        raise ValueError(f"{p}: {len(rows)} GSM8K rows, the benchmark needs {count}")
+    return rows[:count]
+
+
+def replay(tok, rows, make_env, max_new=MAX_NEW):
+    """Each row's expert chat played through ToolEnv on the host, as the loop will play it.
+
+    -> episodes: {"sample", "responses" (ids per step, as the generator will return them),
+    "seq" (the last prompt + the last response: the token at every position the episode samples)}.
+    """
+    env0 = make_env()
+    stops = set(tok.stop_ids)
+    out = []
+    for row in rows:
+        ids, mask = expert_example(tok, gsm8k.expert_messages(row), env0.tools)
+        turns, cur = [], []
+        for t, m in zip(ids, mask):
+            if m:
+                cur.append(t)
+            elif cur:
+                turns.append(cur)
+                cur = []
+        if cur:
+            turns.append(cur)
+        env = make_env()
+        prompt, _ = env.first_prompt(env.reset(row))
+        first, responses = len(prompt), []
+        for resp in turns:
+            cut = next((i + 1 for i, t in enumerate(resp) if t in stops), None)
+            resp = resp[:cut][:max_new]
+            finish = "eos" if resp[-1] in stops else "length"
+            responses.append(resp)
+            reward, done, info, nxt, reason = r1.rollout._env_step(env, prompt, Action(resp, tok.decode(resp), finish))
+            if done or nxt is None:
+                break
+            prompt = nxt
+        out.append({"sample": row, "responses": responses, "seq": prompt + responses[-1], "first_prompt_len": first})
+    return out
+
+
+@contextlib.contextmanager
+def forcing(gen, episodes, uids):
+    """Within: every token the generator samples for uids[k] is episodes[k]["seq"] at that position.
+
+    The real sampler still runs (same kernels, same cost); the swap is a lookup keyed by the row's
+    seed (which the generator derives from the uid) and the token's position, all on the device.
+    """
+    d = gen.device
+    seeds = torch.tensor([gen._row_seed(u) for u in uids], device=d)
+    order = torch.argsort(seeds)
+    sorted_seeds, episode_of = seeds[order], torch.tensor([i % len(episodes) for i in range(len(uids))], device=d)[order]
+    width = gen.max_len + 1
+    table = torch.full((len(episodes), width), -1, dtype=torch.long)
+    for i, e in enumerate(episodes):
+        table[i, : len(e["seq"])] = torch.tensor(e["seq"][:width])
+    table = table.to(d)
+    real = r1.generate.sample
+
+    def sample(logits, s, seeds=None, positions=None, use_triton=None):
+        tok, lp = real(logits, s, seeds, positions, use_triton)
+        i = torch.searchsorted(sorted_seeds, seeds).clamp_(max=len(sorted_seeds) - 1)
+        forced = table[episode_of[i], positions.clamp(0, width - 1)]
+        return torch.where((sorted_seeds[i] == seeds) & (forced >= 0), forced, tok), lp
+
+    r1.generate.sample = sample
+    try:
+        yield
+    finally:
+        r1.generate.sample = real
+
+
+class Probe:
+    """Wall time per phase of the loop, by wrapping generator and loop functions (CUDA-synced)."""
+
+    def __init__(self, gen, loop, sync):
+        self.t = dict.fromkeys(("decode", "first_prompt_prefill", "continuation_prefill", "admit", "env_main",
+                                "env_wait", "env_threads"), 0.0)
+        self.gen, self.loop, self.sync = gen, loop, sync
+        self.undo = []
+
+    def timed(self, key, fn, sync=True):
+        def run(*a, **kw):
+            if sync:
+                self.sync()
+            t = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                if sync:
+                    self.sync()
+                self.t[key] += time.perf_counter() - t
+        return run
+
+    def patch(self, obj, name, wrapper):
+        old = getattr(obj, name)
+        setattr(obj, name, wrapper(old))
+        self.undo.append((obj, name, old, name in vars(obj)))
+
+    def __enter__(self):
+        gen, loop = self.gen, self.loop
+        fwd = gen._forward_chunk
+
+        def chunk(batch):
+            key = "first_prompt_prefill" if all(s == 0 for _, s, _ in batch) else "continuation_prefill"
+            return self.timed(key, fwd)(batch)
+        self.patch(gen, "_forward_chunk", lambda old: chunk)
+        self.patch(gen, "_decode", lambda old: self.timed("decode", old))
+        self.patch(gen, "_admit", lambda old: self.timed("admit", old))
+        self.patch(r1.rollout, "_env_step", lambda old: self.timed("env_threads", old, sync=False))
+        self.patch(r1.rollout, "wait", lambda old: self.timed("env_wait", old, sync=False))
+        make_env = loop.make_env
+
+        def make():
+            env = make_env()
+            env.reset = self.timed("env_main", env.reset, sync=False)
+            env.first_prompt = self.timed("env_main", env.first_prompt, sync=False)
+            return env
+        self.patch(loop, "make_env", lambda old: make)
+        tok = loop.tok
+        decode = self.timed("env_main", tok.decode, sync=False)
+        self.patch(loop, "tok", lambda old: type("Timed", (), {"decode": staticmethod(decode),
+                                                                "__getattr__": lambda s, k: getattr(tok, k)})())
+        return self
+
+    def __exit__(self, *exc):
+        for obj, name, old, own in reversed(self.undo):
+            if own:
+                setattr(obj, name, old)
+            else:
+                delattr(obj, name)
+
+    def breakdown(self, total):
+        t = dict(self.t)
+        t["admit_other"] = t.pop("admit") - t["first_prompt_prefill"] - t["continuation_prefill"]
+        t["host_loop"] = total - sum(v for k, v in t.items() if k != "env_threads")
+        return {k: round(v, 3) for k, v in t.items()}
+
+
+def occupancy(gen):
+    """Patches gen.step to log (start time, running rows) per call; returns the log."""
+    log, step = [], gen.step
+
+    def logged():
+        log.append((time.perf_counter(), len(gen.running) + len(gen.queue)))
+        return step()
+    gen.step = logged
+    return log
+
+
+def tail_seconds(log, end, slots):
+    """Wall time of the step() calls that began with under a quarter of the slots busy."""
+    times = [t for t, _ in log] + [end]
+    return sum(times[i + 1] - times[i] for i, (_, busy) in enumerate(log) if busy < slots / 4)
+
+
+def agent(model, tok, episodes, slots, cache_len, sync, temperature, profile=False):
+    cuda = next(model.parameters()).is_cuda
+    gen = Generator(model, slots, cache_len, stop_ids=tok.stop_ids, cuda_graphs=cuda)
+    gen.set_sampling(Sampling(temperature=temperature, seed=0))
+    loop = AgentEnvLoop(gen, tok, make_env_factory(tok), MAX_NEW)
+    samples = [e["sample"] for e in episodes]
+    E = len(episodes)
+    uids = [f"{p}{k}-0" for p in ("warm-", "", "probe-") for k in range(E)]
+    res = {}
+    with forcing(gen, episodes, uids):
+        loop.run(samples, 1, uid_prefix="warm-")  # graph capture for every batch bucket, compiles, caches
+        sync()
+        log = occupancy(gen)
+        t = time.perf_counter()
+        if profile:
+            import cProfile
+            import pstats
+            prof = cProfile.Profile()
+            trajs = prof.runcall(loop.run, samples, 1)
+        else:
+            trajs = loop.run(samples, 1)
+        sync()
+        dt = time.perf_counter() - t
+        del gen.step
+        res["tail_s"] = round(tail_seconds(log, t + dt, slots), 3)
+        res["decode_calls"] = len(log)
+        with Probe(gen, loop, sync) as probe:
+            t = time.perf_counter()
+            loop.run(samples, 1, uid_prefix="probe-")
+            sync()
+            res["breakdown"] = probe.breakdown(time.perf_counter() - t)
+    n = sum(len(s.response_ids) for tr in trajs for s in tr.steps)
+    exact = sum([s.response_ids for s in tr.steps] == e["responses"] for tr, e in zip(trajs, episodes))
+    out = {"agent_tok_s": round(n / dt), "agent_s": round(dt, 3), "response_tokens": n,
+           "replayed_exactly": f"{exact}/{E}", **res}
+    if profile:
+        import io
+        s = io.StringIO()
+        pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(25)
+        out["profile"] = s.getvalue()
+    del gen, loop
+    return out
+
+
+def single_turn(model, episodes, slots, cache_len, new, sync, temperature):
+    """The engine alone on the same slots: first prompts, `new` tokens each, no stop, one call."""
+    cuda = next(model.parameters()).is_cuda
+    gen = Generator(model, slots, cache_len, cuda_graphs=cuda)
+    prompts = [e["seq"][: e["first_prompt_len"]] for e in episodes]
+    s = Sampling(temperature=temperature, seed=0)
+    gen.generate(prompts, 8, s)  # warm-up: graph capture
+    sync()
+    t = time.perf_counter()
+    out = gen.generate(prompts, new, s)
+    sync()
+    dt = time.perf_counter() - t
+    n = sum(len(c.token_ids) for c in out)
+    del gen
+    return {"single_turn_tok_s": round(n / dt), "single_turn_s": round(dt, 3), "single_turn_new": new}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", default="135m", help="135m | 3b (CUDA); the CPU runs a tiny shape whatever this says")
+    p.add_argument("--episodes", type=int, default=512)
+    p.add_argument("--slots", type=int, default=512)
+    p.add_argument("--cache-len", type=int, default=MAX_CONTEXT)
+    p.add_argument("--tokenizer", default="smollm2-135m-instruct")
+    p.add_argument("--data", default=None, help="GSM8K folder or train.jsonl (default: data/gsm8k, ../shared/data/gsm8k)")
+    p.add_argument("--profile", action="store_true", help="cProfile the timed run; print the top functions")
+    p.add_argument("--skip-single", action="store_true")
+    p.add_argument("--save", nargs="?", const="bench/results/agent_rollout_h200.json", default=None,
+                   help="append the result to a JSON list (default bench/results/agent_rollout_h200.json)")
+    a = p.parse_args(argv)
+    cuda = torch.cuda.is_available()
+    tok = load_tokenizer(a.tokenizer)
+    data = a.data or next((str(c) for c in (ROOT / "data/gsm8k", ROOT.parent / "shared/data/gsm8k") if c.exists()),
+                          str(ROOT / "data/gsm8k"))
+    temperature = 1.0
+    if not cuda:  # a check of the code path, not a measurement: few episodes, greedy (the noise is costly on CPU)
+        a.episodes, a.slots, temperature = min(a.episodes, 6), min(a.slots, 4), 0.0
+        torch.set_num_threads(1)
+    t = time.perf_counter()
+    episodes = replay(tok, load_rows(data, a.episodes), make_env_factory(tok))
+    replay_s = time.perf_counter() - t
+    torch.manual_seed(0)
+    if cuda:
+        cfg = SHAPES[a.model]
+        with torch.device("cuda"):
+            model = Transformer(cfg).to(torch.bfloat16).eval().requires_grad_(False)
+        sync = torch.cuda.synchronize
+    else:
+        a.model = "tiny"
+        model = Transformer(tiny_config("llama", tie=True, vocab_size=len(tok.hf))).eval()
+        sync = lambda: None  # noqa: E731
+    mean_resp = statistics.mean(sum(map(len, e["responses"])) for e in episodes)
+    r = {"name": "agent_rollout", "model": f"{a.model}-shape" if cuda else "tiny (CPU check)", "episodes": a.episodes,
+         "slots": a.slots, "cache_len": a.cache_len,
+         "mean_turns": round(statistics.mean(len(e["responses"]) for e in episodes), 2),
+         "mean_response_tokens": round(mean_resp, 1),
+         "max_response_tokens": max(sum(map(len, e["responses"])) for e in episodes),
+         "mean_first_prompt": round(statistics.mean(e["first_prompt_len"] for e in episodes), 1),
+         "replay_host_s": round(replay_s, 2)}
+    with torch.no_grad():
+        if not a.skip_single:
+            r.update(single_turn(model, episodes, a.slots, a.cache_len, round(mean_resp), sync, temperature))
+        r.update(agent(model, tok, episodes, a.slots, a.cache_len, sync, temperature, a.profile))
+    if not a.skip_single:
+        r["ratio"] = round(r["agent_tok_s"] / r["single_turn_tok_s"], 3)
+    r.update(device=torch.cuda.get_device_name() if cuda else "cpu", torch=torch.__version__,
+             compiled_ops=os.environ.get("R1_COMPILE") == "1", fused_projections=os.environ.get("R1_FUSE") == "1",
+             date=datetime.date.today().isoformat())
+    profile = r.pop("profile", None)
+    print(json.dumps(r), flush=True)
+    if profile:
+        print(profile)
+    if a.save:
+        path = Path(a.save)
+        old = json.loads(path.read_text()) if path.exists() else []
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(old + [r], indent=1) + "\n")
+    return r
+
+
+if __name__ == "__main__":
+    main()
