@@ -24,9 +24,17 @@ and `breakdown`, seconds of a second, instrumented run (a CUDA sync around each
 GPU phase): decode, first_prompt_prefill, continuation_prefill, admit_other
 (first-token sampling and bookkeeping of admitted rows), env_main (first
 prompts and detokenising on the loop's thread), env_wait (the loop idle,
-waiting for environment threads), host_loop (the rest), plus env_threads
-(seconds inside environment steps, summed over the pool's threads) and, from the
-timed run, tail_s (wall time with under a quarter of the slots busy).
+waiting for environment threads), env_steps (seconds inside environment steps:
+the tool, the chat template, tokenising; on the loop's thread when env_inline,
+else summed over a pool's threads, overlapping the rest), host_loop (the rest),
+and, from the timed run, tail_s (wall time with under a quarter of the slots busy).
+The instrumented run waits for the GPU after every phase, so it overlaps nothing:
+its parts add up to more than the timed run.
+
+--gap adds a run where the forced token's logprob is recorded (log_softmax of
+the sampler's logits) and compares it with the trainer's forward (packed,
+varlen attention) on the same trajectories: `logprob_gap_mean/max` over every
+response token, the sampler-trainer gap each RL iteration logs.
 
     python bench/agent_rollout.py --model 135m [--episodes 512] [--slots 512] [--save [PATH]] [--profile]
     R1_COMPILE=1 R1_FUSE=1 python bench/agent_rollout.py --model 3b
@@ -76,12 +84,9 @@ def make_env_factory(tok, max_new=MAX_NEW, max_steps=MAX_STEPS, max_context=MAX_
 
 
 def load_rows(path, count):
-    p = Path(path)
-    if p.is_dir():
-        p = p / "train.jsonl"
-    rows = gsm8k.load_split(p, "train")
+    rows = gsm8k.load_split(path, "train")  # a folder (any layout the loader reads) or one file
     if len(rows) < count:
-        raise ValueError(f"{p}: {len(rows)} GSM8K rows, the benchmark needs {count}")
+        raise ValueError(f"{path}: {len(rows)} GSM8K rows, the benchmark needs {count}")
     return rows[:count]
 
 
@@ -131,25 +136,77 @@ def forcing(gen, episodes, uids):
     d = gen.device
     seeds = torch.tensor([gen._row_seed(u) for u in uids], device=d)
     order = torch.argsort(seeds)
-    sorted_seeds, episode_of = seeds[order], torch.tensor([i % len(episodes) for i in range(len(uids))], device=d)[order]
+    episode_of = torch.tensor([i % len(episodes) for i in range(len(uids))], device=d)[order]
+    sorted_seeds = seeds[order]
     width = gen.max_len + 1
     table = torch.full((len(episodes), width), -1, dtype=torch.long)
     for i, e in enumerate(episodes):
         table[i, : len(e["seq"])] = torch.tensor(e["seq"][:width])
     table = table.to(d)
     real = r1.generate.sample
+    opts = {"forced_logprobs": False}  # True: return the forced token's logprob (a --gap run)
 
     def sample(logits, s, seeds=None, positions=None, use_triton=None):
         tok, lp = real(logits, s, seeds, positions, use_triton)
         i = torch.searchsorted(sorted_seeds, seeds).clamp_(max=len(sorted_seeds) - 1)
         forced = table[episode_of[i], positions.clamp(0, width - 1)]
-        return torch.where((sorted_seeds[i] == seeds) & (forced >= 0), forced, tok), lp
+        tok = torch.where((sorted_seeds[i] == seeds) & (forced >= 0), forced, tok)
+        if opts["forced_logprobs"]:  # the sampler's logprob rule (r1/generate.py) for the token kept
+            z = logits.float() * (1.0 / s.temperature) if s.temperature > 0 else logits.float()
+            lp = torch.log_softmax(z, -1).gather(-1, tok[:, None])[:, 0]
+        return tok, lp
 
     r1.generate.sample = sample
     try:
-        yield
+        yield opts
     finally:
         r1.generate.sample = real
+
+
+@torch.no_grad()
+def logprob_gap(model, trajs, temperature, tokens_per_forward=32768, rows_per_head=8192):
+    """|sampler logprob - trainer logprob| over every response token: the trainer's forward is the packed
+    one (varlen attention, no cache), on each episode's whole sequence, as in an RL update."""
+    d = next(model.parameters()).device
+    seqs, want, at = [], [], []  # sequences; sampler logprobs; (sequence, position) of each response token
+    for t in trajs:
+        last = t.steps[-1]
+        seqs.append(last.prompt_ids + last.response_ids)
+        for s in t.steps:
+            want += s.logprobs
+            at += [(len(seqs) - 1, len(s.prompt_ids) + j) for j in range(len(s.response_ids))]
+    got = torch.empty(len(at), dtype=torch.float64)
+    by_seq = {}
+    for k, (i, p) in enumerate(at):
+        by_seq.setdefault(i, []).append((k, p))
+    i = 0
+    while i < len(seqs):
+        group = [i]
+        size = len(seqs[i])
+        while group[-1] + 1 < len(seqs) and size + len(seqs[group[-1] + 1]) <= tokens_per_forward:
+            group.append(group[-1] + 1)
+            size += len(seqs[group[-1]])
+        i = group[-1] + 1
+        lens = [len(seqs[j]) for j in group]
+        ids = torch.tensor([x for j in group for x in seqs[j]], device=d)
+        pos = torch.tensor([p for n in lens for p in range(n)], device=d)
+        cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0).tolist()), dtype=torch.int32, device=d)
+        h = model.hidden(ids, pos, cu, max(lens))
+        ks, rows, targets = [], [], []
+        for j, start in zip(group, cu.tolist()):
+            for k, p in by_seq.get(j, []):
+                ks.append(k)
+                rows.append(start + p - 1)  # the hidden state before the token predicts it
+                targets.append(seqs[j][p])
+        for a in range(0, len(rows), rows_per_head):
+            z = model.head(h[torch.tensor(rows[a:a + rows_per_head], device=d)]).float()
+            z = z * (1.0 / temperature) if temperature > 0 else z
+            target = torch.tensor(targets[a:a + rows_per_head], device=d)
+            lp = torch.log_softmax(z, -1).gather(-1, target[:, None])[:, 0]
+            got[torch.tensor(ks[a:a + rows_per_head])] = lp.double().cpu()
+    diff = (got - torch.tensor(want, dtype=torch.float64)).abs()
+    return {"logprob_gap_mean": round(diff.mean().item(), 5), "logprob_gap_max": round(diff.max().item(), 4),
+            "logprob_gap_tokens": len(at)}
 
 
 class Probe:
@@ -157,7 +214,7 @@ class Probe:
 
     def __init__(self, gen, loop, sync):
         self.t = dict.fromkeys(("decode", "first_prompt_prefill", "continuation_prefill", "admit", "env_main",
-                                "env_wait", "env_threads"), 0.0)
+                                "env_wait", "env_steps"), 0.0)
         self.gen, self.loop, self.sync = gen, loop, sync
         self.undo = []
 
@@ -187,9 +244,11 @@ class Probe:
             key = "first_prompt_prefill" if all(s == 0 for _, s, _ in batch) else "continuation_prefill"
             return self.timed(key, fwd)(batch)
         self.patch(gen, "_forward_chunk", lambda old: chunk)
-        self.patch(gen, "_decode", lambda old: self.timed("decode", old))
+        for name in ("_decode", "_decode_launch", "_decode_finish"):  # before and after the launch/finish split
+            if hasattr(gen, name):
+                self.patch(gen, name, lambda old: self.timed("decode", old))
         self.patch(gen, "_admit", lambda old: self.timed("admit", old))
-        self.patch(r1.rollout, "_env_step", lambda old: self.timed("env_threads", old, sync=False))
+        self.patch(r1.rollout, "_env_step", lambda old: self.timed("env_steps", old, sync=False))
         self.patch(r1.rollout, "wait", lambda old: self.timed("env_wait", old, sync=False))
         make_env = loop.make_env
 
@@ -215,19 +274,21 @@ class Probe:
     def breakdown(self, total):
         t = dict(self.t)
         t["admit_other"] = t.pop("admit") - t["first_prompt_prefill"] - t["continuation_prefill"]
-        t["host_loop"] = total - sum(v for k, v in t.items() if k != "env_threads")
-        return {k: round(v, 3) for k, v in t.items()}
+        inline = getattr(self.loop, "pool", None) is None  # env steps on the loop's thread, or in a pool
+        t["host_loop"] = total - sum(v for k, v in t.items() if k != "env_steps" or inline)
+        return {**{k: round(v, 3) for k, v in t.items()}, "env_inline": inline}
 
 
 def occupancy(gen):
-    """Patches gen.step to log (start time, running rows) per call; returns the log."""
-    log, step = [], gen.step
+    """Patches the generator's decode entry (launch, or step before it existed) to log (time, busy rows)."""
+    name = "launch" if hasattr(gen, "launch") else "step"
+    log, step = [], getattr(gen, name)
 
     def logged():
         log.append((time.perf_counter(), len(gen.running) + len(gen.queue)))
         return step()
-    gen.step = logged
-    return log
+    setattr(gen, name, logged)
+    return log, name
 
 
 def tail_seconds(log, end, slots):
@@ -236,24 +297,24 @@ def tail_seconds(log, end, slots):
     return sum(times[i + 1] - times[i] for i, (_, busy) in enumerate(log) if busy < slots / 4)
 
 
-def agent(model, tok, episodes, slots, cache_len, sync, temperature, profile=False):
+def agent(model, tok, episodes, slots, cache_len, sync, temperature, profile=False, gap=False, workers=None):
     cuda = next(model.parameters()).is_cuda
     gen = Generator(model, slots, cache_len, stop_ids=tok.stop_ids, cuda_graphs=cuda)
     gen.set_sampling(Sampling(temperature=temperature, seed=0))
-    loop = AgentEnvLoop(gen, tok, make_env_factory(tok), MAX_NEW)
+    loop = AgentEnvLoop(gen, tok, make_env_factory(tok), MAX_NEW, **({} if workers is None else {"workers": workers}))
     samples = [e["sample"] for e in episodes]
     E = len(episodes)
     uids = [f"{p}{k}-0" for p in ("warm-", "", "probe-") for k in range(E)]
     res = {}
-    with forcing(gen, episodes, uids):
+    with forcing(gen, episodes, uids) as opts:
         loop.run(samples, 1, uid_prefix="warm-")  # graph capture for every batch bucket, compiles, caches
         sync()
-        log = occupancy(gen)
+        log, patched = occupancy(gen)
         t = time.perf_counter()
         trajs = loop.run(samples, 1)
         sync()
         dt = time.perf_counter() - t
-        del gen.step
+        delattr(gen, patched)
         res["tail_s"] = round(tail_seconds(log, t + dt, slots), 3)
         res["decode_calls"] = len(log)
         with Probe(gen, loop, sync) as probe:
@@ -261,6 +322,11 @@ def agent(model, tok, episodes, slots, cache_len, sync, temperature, profile=Fal
             loop.run(samples, 1, uid_prefix="probe-")
             sync()
             res["breakdown"] = probe.breakdown(time.perf_counter() - t)
+        if gap:
+            opts["forced_logprobs"] = True
+            scored = loop.run(samples, 1, uid_prefix="probe-")
+            opts["forced_logprobs"] = False
+            res.update(logprob_gap(model, scored, temperature))
         if profile:  # a fourth run, under cProfile (slower: the timed run above is not profiled)
             import cProfile
             import io
@@ -305,9 +371,12 @@ def main(argv=None):
     p.add_argument("--slots", type=int, default=512)
     p.add_argument("--cache-len", type=int, default=MAX_CONTEXT)
     p.add_argument("--tokenizer", default="smollm2-135m-instruct")
-    p.add_argument("--data", default=None, help="GSM8K folder or train.jsonl (default: data/gsm8k, ../shared/data/gsm8k)")
+    p.add_argument("--data", default=None,
+                   help="GSM8K folder or train.jsonl (default: data/gsm8k, else ../shared/data/gsm8k)")
     p.add_argument("--profile", action="store_true", help="a fourth run under cProfile; print its top functions")
     p.add_argument("--skip-single", action="store_true")
+    p.add_argument("--gap", action="store_true", help="measure the sampler-trainer logprob gap (one more run)")
+    p.add_argument("--workers", type=int, default=None, help="AgentEnvLoop's env threads (default: the loop's)")
     p.add_argument("--save", nargs="?", const="bench/results/agent_rollout_h200.json", default=None,
                    help="append the result to a JSON list (default bench/results/agent_rollout_h200.json)")
     a = p.parse_args(argv)
@@ -343,10 +412,11 @@ def main(argv=None):
     with torch.no_grad():
         if not a.skip_single:
             r.update(single_turn(model, episodes, a.slots, a.cache_len, round(mean_resp), sync, temperature))
-        r.update(agent(model, tok, episodes, a.slots, a.cache_len, sync, temperature, a.profile))
+        r.update(agent(model, tok, episodes, a.slots, a.cache_len, sync, temperature, a.profile, a.gap, a.workers))
     if not a.skip_single:
         r["ratio"] = round(r["agent_tok_s"] / r["single_turn_tok_s"], 3)
     r.update(device=torch.cuda.get_device_name() if cuda else "cpu", torch=torch.__version__,
+             workers=a.workers, chunks=os.environ.get("R1_CHUNKS", "default"),
              compiled_ops=os.environ.get("R1_COMPILE") == "1", fused_projections=os.environ.get("R1_FUSE") == "1",
              date=datetime.date.today().isoformat())
     profile = r.pop("profile", None)

@@ -11,7 +11,11 @@ Two entry points, both on packed (unpadded) queries:
   (bottom-right causal alignment, as in FlashAttention).
 
 Chunks (several new tokens per row, e.g. an observation appended to a live
-row) go through one padded SDPA call on the GPU (`_sdpa_chunks`).
+row) go on CUDA in fp16/bf16 to the Triton kernel of kernels/triton_chunk.py,
+which reads each row's keys in place with a causal limit per query and no
+host sync; elsewhere through one padded SDPA call (`_sdpa_chunks`), whose
+boolean mask sent SDPA to a materialising kernel on the H200 (110 ms per
+continuation prefill of the 135M shape in the agent loop, half its wall time).
 
 Backends, picked per call: the `flash_attn` package when installed (CUDA,
 fp16/bf16), torch's own FlashAttention `varlen_attn` (torch >= 2.10, CUDA,
@@ -34,7 +38,8 @@ for every call, training included: R1_ATTN=sdpa gives that gather+SDPA decode
 exists. With R1_ATTN=sdpa, chunks take the batched SDPA path and training
 the math path; with R1_ATTN=triton, everything but decode takes the math path.
 R1_DECODE=sdpa switches the decode step alone back to gather+SDPA, and
-R1_CHUNKS=loop sends chunks to the per-row loop (both for comparisons).
+R1_CHUNKS=sdpa sends chunks to the padded SDPA call, R1_CHUNKS=loop to the
+per-row loop (all for comparisons).
 """
 import inspect
 import os
@@ -53,9 +58,9 @@ except ImportError:  # pragma: no cover - torch < 2.10
     varlen_attn = None
 
 try:  # Triton is optional: absent in the CPU build of torch
-    from kernels import triton_decode
+    from kernels import triton_chunk, triton_decode
 except ImportError:  # pragma: no cover - depends on the machine
-    triton_decode = None
+    triton_chunk = triton_decode = None
 
 
 # torch's varlen_attn gained seqused_k/block_table (KV-cache reads) after 2.10; older ones cannot read a cache.
@@ -158,6 +163,8 @@ def cache_attention(q, k_cache, v_cache, cu_q, max_q: int, rows, kv_lens, backen
             print(f"kernels.attention: varlen_attn cannot read the cache here ({str(e)[:120]}); using {backend}")
     if backend == "triton" and decode:  # reads each row's kv_lens[b] keys in place, graph-safe
         return triton_decode.decode_attention(q, k_cache, v_cache, rows, kv_lens)
+    if backend == "triton_chunk":  # chunks: each row's keys read in place, causal per query, no host sync
+        return triton_chunk.chunk_attention(q, k_cache, v_cache, cu_q, max_q, rows, kv_lens)
     if backend == "sdpa" and decode:  # decode fallback: batched SDPA over the rows' caches (max_kv keys if known)
         L = max_kv or k_cache.shape[1]
         return _sdpa_decode(q, k_cache[rows, :L], v_cache[rows, :L], kv_lens)
@@ -178,16 +185,17 @@ def cache_attention(q, k_cache, v_cache, cu_q, max_q: int, rows, kv_lens, backen
 
 
 def _decode_fallback(q, k_cache, v_cache, decode):
-    """'triton' for a CUDA fp16/bf16 decode step the Triton kernel can take, else 'sdpa'.
+    """'triton' for a CUDA fp16/bf16 decode step the Triton kernel can take, 'triton_chunk' for such a
+    chunk, else 'sdpa'.
 
-    R1_DECODE=sdpa keeps the gather+SDPA decode while every other call keeps its fast backend.
+    R1_DECODE=sdpa keeps the gather+SDPA decode while every other call keeps its fast backend;
+    R1_CHUNKS=sdpa (the batched padded SDPA call) or loop (the per-row loop) does the same for chunks.
     """
-    if os.environ.get("R1_DECODE") == "sdpa":
-        return "sdpa"
-    if (decode and triton_decode is not None and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16)
-            and triton_decode.supports(q, k_cache, v_cache)):
-        return "triton"
-    return "sdpa"
+    fits = (triton_decode is not None and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16)
+            and triton_decode.supports(q, k_cache, v_cache))
+    if decode:
+        return "triton" if fits and os.environ.get("R1_DECODE") != "sdpa" else "sdpa"
+    return "triton_chunk" if fits and os.environ.get("R1_CHUNKS") not in ("sdpa", "loop") else "sdpa"
 
 
 def _sdpa_decode(q, k, v, kv_lens):

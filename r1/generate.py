@@ -16,9 +16,12 @@ context) is re-prefilled from scratch in the same slot.
 
 Continuous batching. `step()` admits queued requests into free slots,
 decodes the running rows for up to `sync_every` tokens without a host
-sync, then checks stops on the host once (EOS / end-of-turn ids, stop
+sync, then checks stops on the host once. It is `launch()` (admit, queue the
+decode chunk, return at once) then `finish()` (the sync, then the stop checks),
+so a caller can work on the host while the GPU decodes (r1/rollout.py steps
+its environments there). The stops: EOS / end-of-turn ids, stop
 strings matched on decoded text so a stop split across tokens is found,
-max new tokens). Finished rows return at once; their slots take the next
+max new tokens. Finished rows return at once; their slots take the next
 request on the following `step()`.
 
 Logprob definition. For a sampled token y, we record
@@ -204,6 +207,7 @@ class Generator:
         self.cached: dict = {}  # slot -> ids whose KV is in the cache
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
         self.graphs: dict = {}
+        self.pending = None  # (rows, n, device outputs) of a launch() that finish() has not collected
         if fuse is None:  # opt-in (R1_FUSE=1), generation-only models on the GPU: +3.4% with compiled ops, 0 without
             fuse = (self.device.type == "cuda" and not any(q.requires_grad for q in model.parameters())
                     and os.environ.get("R1_FUSE") == "1")
@@ -240,7 +244,7 @@ class Generator:
             heapq.heappush(self.free, slot)
 
     def busy(self) -> bool:
-        return bool(self.queue or self.running)
+        return bool(self.queue or self.running or self.pending)
 
     def free_slots(self) -> int:
         return len(self.free) - self.waiting_new
@@ -262,13 +266,35 @@ class Generator:
     @torch.no_grad()
     def step(self) -> list[Completion]:
         """Admit queued requests, decode a few tokens, return what finished."""
+        self.launch()
+        return self.finish()
+
+    @torch.no_grad()
+    def launch(self):
+        """Admit queued requests and queue the decode of up to `sync_every` tokens on the device.
+
+        Returns without waiting for the decode: the host is free until `finish()`
+        (an agent loop steps its environments there while the GPU decodes).
+        Requests submitted in between are admitted by the next launch().
+        """
+        if self.pending is not None:
+            raise RuntimeError("launch() twice without finish()")
         self._admit()
         if not self.running:
-            return []
+            return
         rows = list(self.running.values())
         n = min(self.sync_every, min(min(r.max_new - len(r.tokens), self.max_len - r.pos) for r in rows))
-        if n > 0:
-            self._decode(rows, n)
+        self.pending = (rows, n, self._decode_launch(rows, n) if n > 0 else None)
+
+    @torch.no_grad()
+    def finish(self) -> list[Completion]:
+        """Wait for the launched decode (the one host sync) and return what finished."""
+        if self.pending is None:
+            return []
+        rows, n, out = self.pending
+        self.pending = None
+        if out is not None:
+            self._decode_finish(rows, n, *out)
         return self._collect(rows)
 
     # -- internals ---------------------------------------------------------
@@ -350,8 +376,8 @@ class Generator:
         )
         return self.model.hidden(torch.tensor(ids, device=d), torch.tensor(pos, device=d), cache=self.cache, step=step)
 
-    def _decode(self, rows, n):
-        """Decode n tokens for every running row with no host sync in between."""
+    def _decode_launch(self, rows, n):
+        """Queue n decode steps for every running row -> (tokens [n, Bp], logprobs [n, Bp]) on the device."""
         d, B = self.device, len(rows)
         Bp = next((b for b in BUCKETS if b >= B), B) if self.cuda_graphs else B
         pad = Bp - B
@@ -367,6 +393,10 @@ class Generator:
             tok, lp = sample(logits, self.sampling, seeds, pos + 1)
             out_tok[i], out_lp[i] = tok, lp
             pos = pos + 1
+        return out_tok, out_lp
+
+    def _decode_finish(self, rows, n, out_tok, out_lp):
+        B = len(rows)
         out_tok, out_lp = out_tok[:, :B].T.tolist(), out_lp[:, :B].T.tolist()  # the one sync
         for r, t, l in zip(rows, out_tok, out_lp):
             r.tokens += t

@@ -5,8 +5,19 @@ survives between steps and an append-policy step prefills only the new
 observation tokens. The loop keeps at most `slots` episodes alive; when one
 ends, the next pending episode takes its slot (continuous batching across
 episodes), and when a step of an episode finishes, its next step joins the
-running batch. Environment steps (tools) run in a thread pool, off the
-decode path, so decoding continues while tools work.
+running batch.
+
+Environment steps run on the loop's thread while the GPU decodes: each
+iteration launches the generator's next decode chunk (Generator.launch, no
+host sync), steps the environments of the turns that ended in the previous
+chunk (tool, detokenise, render, tokenise), then waits for the chunk
+(Generator.finish). The old design, a thread pool, lost to the GIL: the env
+threads' Python (chat template, JSON, the calculator) and the loop's own
+Python took turns, and every torch call of the loop released the GIL and
+waited up to a switch interval to get it back (bench/agent_rollout.py on the
+H200: 6.7 s of env thread time inside a 12 s rollout of 512 GSM8K episodes,
+SmolLM2-135M shape). `workers > 0` keeps a pool, for environments that block
+on I/O rather than compute.
 
 `run(samples, n)` plays n episodes per sample (a group, for GRPO/RLOO) and
 returns trajectories ordered by (sample, index), whatever order they ended
@@ -18,14 +29,17 @@ does not matter which rows share a decode step or when a tool finishes.
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 from r1.envs.base import Action
+from r1.tokenizer import ChatTokenizer
 from r1.trajectory import Step, Trajectory
+
+_chat_decode = ChatTokenizer.decode
 
 
 class AgentEnvLoop:
-    def __init__(self, generator, tokenizer, make_env, max_new_tokens: int, workers: int = 4):
+    def __init__(self, generator, tokenizer, make_env, max_new_tokens: int, workers: int = 0):
         self.gen, self.tok, self.make_env = generator, tokenizer, make_env
         self.max_new_tokens = max_new_tokens
-        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="env")
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="env") if workers > 0 else None
 
     def run(self, samples: list, n: int = 1, policy_version: int = 0, uid_prefix: str = "", groups=None) -> list:
         """Play n episodes per sample. `groups` numbers the samples (default 0..len-1); a
@@ -34,49 +48,73 @@ class AgentEnvLoop:
         groups = list(range(len(samples))) if groups is None else list(groups)
         todo = [(groups[k], i, s) for k, s in enumerate(samples) for i in range(n)]
         todo.reverse()  # pop() from the end keeps sample order
-        live, done, futures = {}, [], {}
-        while todo or live:
-            while todo and self.gen.free_slots() > 0 and len(live) < self.gen.slots:
-                g, i, s = todo.pop()
-                uid = f"{uid_prefix}{g}-{i}"
-                env = self.make_env()
-                traj = Trajectory(uid, g, str(s.get("id", g)), meta={"answer": s.get("answer")})
-                obs = env.reset(s)
-                prompt, reason = env.first_prompt(obs)
-                if prompt is None:
-                    traj.termination = reason
-                    done.append(traj)
-                    continue
-                live[uid] = [env, traj, prompt]
-                self.gen.submit(uid, prompt, self.max_new_tokens)
-            completions = self.gen.step() if self.gen.busy() else []
-            for c in completions:
-                env, traj, prompt = live[c.key]
-                action = Action(c.token_ids, self.tok.decode(c.token_ids), c.finish)
-                futures[self.pool.submit(_env_step, env, prompt, action)] = (c, action)
-            ready = [f for f in futures if f.done()]
-            if not ready and futures and not self.gen.busy():
-                ready = list(wait(futures, return_when=FIRST_COMPLETED).done)
-            for f in ready:
-                c, action = futures.pop(f)
-                env, traj, prompt = live[c.key]
-                reward, is_done, info, nxt, reason = f.result()
-                traj.steps.append(Step(prompt, c.token_ids, c.logprobs, reward, is_done or nxt is None,
-                                       c.finish, info, policy_version=policy_version))
-                if is_done or nxt is None:
-                    traj.termination = "answered" if info.get("final") else (info.get("reason") or reason or "done")
-                    done.append(traj)
-                    del live[c.key]
-                    self.gen.release(c.key)
-                else:
-                    live[c.key][2] = nxt
-                    self.gen.submit(c.key, nxt, self.max_new_tokens)
-        done.sort(key=lambda t: (t.group, int(t.uid.rsplit("-", 1)[1])))
-        return done
+        self.live, self.done, self.version = {}, [], policy_version
+        ended, futures = [], {}
+        try:
+            while todo or self.live:
+                while todo and self.gen.free_slots() > 0 and len(self.live) < self.gen.slots:
+                    self._start(*todo.pop(), uid_prefix)
+                self.gen.launch()  # the GPU decodes from here to finish(); the host steps environments meanwhile
+                for c, action in ended:
+                    env, _, prompt = self.live[c.key]
+                    if self.pool is None:
+                        self._record(c, _env_step(env, prompt, action))
+                    else:
+                        futures[self.pool.submit(_env_step, env, prompt, action)] = c
+                completions = self.gen.finish()
+                texts = self._decode_all(completions)
+                ended = [(c, Action(c.token_ids, text, c.finish)) for c, text in zip(completions, texts)]
+                if self.pool is not None:
+                    ready = [f for f in futures if f.done()]
+                    if not ready and futures and not ended and not self.gen.busy():
+                        ready = list(wait(futures, return_when=FIRST_COMPLETED).done)
+                    for f in ready:
+                        self._record(futures.pop(f), f.result())
+        finally:  # an environment that raised: leave no decode chunk in flight
+            self.gen.finish()
+        self.done.sort(key=lambda t: (t.group, int(t.uid.rsplit("-", 1)[1])))
+        return self.done
+
+    def _start(self, g, i, s, uid_prefix):
+        """Reset a new episode's environment and queue its first prompt."""
+        uid = f"{uid_prefix}{g}-{i}"
+        env = self.make_env()
+        traj = Trajectory(uid, g, str(s.get("id", g)), meta={"answer": s.get("answer")})
+        prompt, reason = env.first_prompt(env.reset(s))
+        if prompt is None:
+            traj.termination = reason
+            self.done.append(traj)
+            return
+        self.live[uid] = [env, traj, prompt]
+        self.gen.submit(uid, prompt, self.max_new_tokens)
+
+    def _decode_all(self, completions):
+        """Response texts, for the environments' parsers only (never re-encoded)."""
+        if not completions:
+            return []
+        batch = getattr(getattr(self.tok, "hf", None), "batch_decode", None)
+        if batch is None or type(self.tok).decode is not _chat_decode:
+            return [self.tok.decode(c.token_ids) for c in completions]
+        return batch([c.token_ids for c in completions], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def _record(self, c, result):
+        """Record a finished step; end the episode or queue its next prompt."""
+        env, traj, prompt = self.live[c.key]
+        reward, is_done, info, nxt, reason = result
+        traj.steps.append(Step(prompt, c.token_ids, c.logprobs, reward, is_done or nxt is None,
+                               c.finish, info, policy_version=self.version))
+        if is_done or nxt is None:
+            traj.termination = "answered" if info.get("final") else (info.get("reason") or reason or "done")
+            self.done.append(traj)
+            del self.live[c.key]
+            self.gen.release(c.key)
+        else:
+            self.live[c.key][2] = nxt
+            self.gen.submit(c.key, nxt, self.max_new_tokens)
 
 
 def _env_step(env, prompt, action):
-    """Runs in the pool: the env's step and its next prompt. Exceptions propagate to run()."""
+    """One environment step and the next prompt (inline, or in the pool). Exceptions propagate to run()."""
     obs, reward, is_done, info = env.step(action)
     if is_done:
         return reward, True, info, None, None

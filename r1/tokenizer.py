@@ -99,6 +99,8 @@ class ChatTokenizer:
         self.name = name  # the path, for error messages
         self.eos_id: int = hf.eos_token_id
         self.pad_id: int = hf.pad_token_id if hf.pad_token_id is not None else hf.eos_token_id
+        self._closes: dict = {}  # tools (as JSON) -> the template's closing text: one render, not one per turn
+        self._close_ids = None  # encode(_close_text()), for close_turn_ids
         special = {i: t.content for i, t in hf.added_tokens_decoder.items() if t.special}
         self.special_tokens = set(special.values())
         stops = {self.eos_id, *extra_stop_ids}
@@ -155,7 +157,9 @@ class ChatTokenizer:
         response already ends with: all of it after a stop string like `</tool_call>`, just the
         `\\n` after a sampled `<|im_end|>`, nothing when the whole closing text is there.
         """
-        close = self.encode(self._close_text())
+        if self._close_ids is None:
+            self._close_ids = self.encode(self._close_text())
+        close = self._close_ids
         response = list(response_ids)
         for k in range(min(len(close), len(response)), 0, -1):
             if response[-k:] == close[:k]:
@@ -163,12 +167,16 @@ class ChatTokenizer:
         return close
 
     def _close_text(self, tools=None) -> str:
-        """What the template writes after an assistant message's content."""
-        dummy = [{"role": "user", "content": DUMMY_USER}, {"role": "assistant", "content": DUMMY_ASSISTANT}]
-        text = self.render_text(dummy, tools, add_generation_prompt=False)
-        if text.count(DUMMY_ASSISTANT) != 1:
-            raise ValueError(f"chat template of {self.name} does not render assistant content verbatim")
-        return text.split(DUMMY_ASSISTANT)[1]
+        """What the template writes after an assistant message's content (cached per tool list)."""
+        key = json.dumps(tools, sort_keys=True, default=str) if tools else ""
+        close = self._closes.get(key)
+        if close is None:
+            dummy = [{"role": "user", "content": DUMMY_USER}, {"role": "assistant", "content": DUMMY_ASSISTANT}]
+            text = self.render_text(dummy, tools, add_generation_prompt=False)
+            if text.count(DUMMY_ASSISTANT) != 1:
+                raise ValueError(f"chat template of {self.name} does not render assistant content verbatim")
+            close = self._closes[key] = text.split(DUMMY_ASSISTANT)[1]
+        return close
 
     def _native_tools(self) -> bool:
         if self._native is None:

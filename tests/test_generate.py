@@ -351,3 +351,36 @@ def test_slot_bookkeeping_many_requests():
     assert gen.free_slots() == 1
     gen._admit()
     assert gen.owner["a"] == 3 and gen.owner[8] == 8 and gen.free_slots() == 1
+
+
+def test_launch_then_finish_is_step_and_takes_requests_in_between():
+    """launch() queues a decode chunk and returns; finish() collects it (the agent loop steps environments in
+    between). A request submitted in between joins at the next launch; the tokens are step()'s."""
+    model = tiny()
+    s = Sampling(temperature=1.0, seed=3)
+
+    def play(split):
+        gen = Generator(model, slots=2, max_len=32, sampling=s)
+        gen.submit("a", [1, 2, 3], 5)
+        out, late = {}, True
+        while gen.busy():
+            if split:
+                gen.launch()
+                with pytest.raises(RuntimeError, match="twice"):
+                    gen.launch()
+                if late:  # submitted while the chunk is in flight
+                    gen.submit("b", [4, 5], 4)
+                    late = False
+                done = gen.finish()
+            else:
+                done = gen.step()
+                if late:
+                    gen.submit("b", [4, 5], 4)
+                    late = False
+            for c in done:
+                out[c.key] = (c.token_ids, c.logprobs)
+                gen.release(c.key)
+        assert gen.finish() == [] and gen.pending is None
+        return out
+
+    assert play(True) == play(False) and set(play(True)) == {"a", "b"}

@@ -65,8 +65,8 @@ class Recording(Generator):
         super().__init__(*a, **kw)
         self.returned = {}
 
-    def step(self):
-        out = super().step()
+    def finish(self):
+        out = super().finish()
         for c in out:
             self.returned.setdefault(c.key, []).append((list(c.prompt_ids), list(c.token_ids), list(c.logprobs)))
         return out
@@ -77,11 +77,12 @@ def samples(turns):
             for i, k in enumerate(turns)]
 
 
-def run_loop(tok, model, data, slots, n=1, temperature=0.0, policy="append", max_context=256, env_cls=TurnsEnv):
+def run_loop(tok, model, data, slots, n=1, temperature=0.0, policy="append", max_context=256, env_cls=TurnsEnv,
+             workers=0):
     gen = Recording(model, slots, max_context, stop_ids=tok.stop_ids)
     gen.set_sampling(Sampling(temperature=temperature, seed=1))
     loop = AgentEnvLoop(gen, tok, lambda: env_cls(tok, max_context=max_context, max_new_tokens=MAX_NEW,
-                                                  policy=policy), MAX_NEW)
+                                                  policy=policy), MAX_NEW, workers=workers)
     return loop.run(data, n=n), gen
 
 
@@ -135,6 +136,17 @@ def test_sampled_rollouts_do_not_depend_on_batching(tok, model):
     assert runs[0] == runs[1] == runs[2]
     a, b = runs[0][0], runs[0][1]  # two samples of one prompt differ (different uids)
     assert a != b
+
+
+def test_env_thread_pool_gives_the_same_rollouts(tok, model):
+    """workers > 0 (environments in a thread pool, for envs that block on I/O) plays the same episodes as
+    the default, where the loop steps environments itself while the decode runs."""
+    data = samples([3, 1, 4, 2])
+    ids = lambda ts: [[(s.prompt_ids, s.response_ids, s.reward, s.done) for s in t.steps] for t in ts]  # noqa: E731
+    inline, gen = run_loop(tok, model, data, slots=3, n=2, temperature=1.0)
+    pooled, _ = run_loop(tok, model, data, slots=3, n=2, temperature=1.0, workers=2)
+    assert ids(pooled) == ids(inline) and sum(len(t.steps) for t in inline) == 20
+    assert not gen.busy() and gen.pending is None
 
 
 @pytest.mark.parametrize("chunks", ["batched", "loop"])

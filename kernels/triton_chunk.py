@@ -1,0 +1,131 @@
+"""Triton attention for chunks: several new queries per row over the row's KV cache, read in place.
+
+A chunk is what an agent's turn boundary prefills: the observation (and the
+forced end of the assistant turn) appended to a live row, so row b brings
+n_b new queries at positions kv_len_b - n_b .. kv_len_b - 1 of its slot and
+attends causally to every key up to its own position (bottom-right alignment,
+as in FlashAttention). The batched SDPA path (kernels/attention.py
+_sdpa_chunks) pads queries to the longest chunk, gathers every row's keys up
+to the longest kv_len and builds a boolean mask, which sends SDPA to a
+materialising kernel: 110 ms per continuation prefill of the SmolLM2-135M
+shape on the H200 (bench/agent_rollout.py), half the agent loop's wall time.
+
+Design, from kernels/triton_decode.py:
+- One program per (row, KV head, block of BLOCK_M new queries). The G query
+  heads of the KV head ride along: the program's query tile is
+  [BLOCK_M * G_PAD, D] (token i, head g at tile row i * G_PAD + g; G_PAD the
+  power of two >= G), so each key block is read once for all of them.
+- Keys are walked in blocks of BLOCK_N from position 0 up to the tile's last
+  query position, online softmax in fp32 (exp2, log2(e) in the scale), the
+  causal and validity masks applied per tile row. Padding tile rows (past
+  the row's n_b, or g >= G) load zeros and are not stored.
+- Rows, kv_lens and cu_q stay on the GPU: no host sync. The grid needs only
+  max_q, a host int the generator already has.
+- kv_lens are clamped to L; a row with no new query does nothing.
+
+`chunk_attention` is the entry point; kernels/attention.py::cache_attention
+calls it for chunks on CUDA in fp16/bf16 (R1_CHUNKS=sdpa or loop: the older
+paths). tests/test_attention.py checks it against the per-row reference,
+under TRITON_INTERPRET=1 on the CPU and on CUDA.
+"""
+import math
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.triton_decode import LOG2E, supports  # noqa: F401 (supports: same tensor requirements)
+
+
+@triton.jit
+def _chunk_block(q, k_base, v_base, n0, hi, qpos, sk_l, sv_l, qk_scale, acc, m_i, l_i,
+                 D: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr):
+    pos = n0 + tl.arange(0, BLOCK_N)
+    n_mask = pos < hi
+    offs_d = tl.arange(0, D)
+    k = tl.load(k_base + pos[:, None] * sk_l + offs_d[None, :], mask=n_mask[:, None], other=0.0)
+    s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale  # [M, BLOCK_N], log2 units
+    s = tl.where(n_mask[None, :] & (pos[None, :] <= qpos[:, None]), s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))  # stays finite (m_i starts at -1e30): no NaN for masked rows
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    v = tl.load(v_base + pos[:, None] * sv_l + offs_d[None, :], mask=n_mask[:, None], other=0.0)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+    return acc, m_new, l_i
+
+
+@triton.jit
+def _chunk_kernel(q_ptr, k_ptr, v_ptr, cu_ptr, rows_ptr, lens_ptr, out_ptr,
+                  sq_n, sq_h, sk_s, sk_l, sk_h, sv_s, sv_l, sv_h, so_n, so_h, L, qk_scale,
+                  G: tl.constexpr, G_PAD: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr,
+                  BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, INTERPRET: tl.constexpr):
+    b = tl.program_id(0)
+    h = tl.program_id(1)  # KV head
+    mb = tl.program_id(2)  # block of new queries
+    q0 = tl.load(cu_ptr + b)
+    n_new = tl.load(cu_ptr + b + 1) - q0
+    slot = tl.load(rows_ptr + b).to(tl.int64)
+    kv_len = tl.minimum(tl.load(lens_ptr + b).to(tl.int32), L)
+
+    offs_m = tl.arange(0, BLOCK_M * G_PAD)
+    offs_d = tl.arange(0, D)
+    i = mb * BLOCK_M + offs_m // G_PAD  # new-token index within the row
+    g = offs_m % G_PAD
+    valid = (i < n_new) & (g < G)
+    qpos = kv_len - n_new + i  # the token's position: it sees keys 0..qpos
+    heads = h * G + g
+    tok = (q0 + i).to(tl.int64)
+    q = tl.load(q_ptr + tok[:, None] * sq_n + heads[:, None] * sq_h + offs_d[None, :], mask=valid[:, None], other=0.0)
+    last = tl.minimum((mb + 1) * BLOCK_M, n_new)  # one past the tile's last new token
+    hi = tl.where(mb * BLOCK_M < n_new, tl.minimum(kv_len - n_new + last, kv_len), 0)
+    k_base = k_ptr + slot * sk_s + h * sk_h
+    v_base = v_ptr + slot * sv_s + h * sv_h
+
+    m_i = tl.full([BLOCK_M * G_PAD], -1e30, dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M * G_PAD], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M * G_PAD, D], dtype=tl.float32)
+    if INTERPRET:  # NumPy >= 2.4 refuses range() over the interpreter's 1-element scalars
+        n0 = hi * 0
+        while n0 < hi:
+            acc, m_i, l_i = _chunk_block(q, k_base, v_base, n0, hi, qpos, sk_l, sv_l, qk_scale, acc, m_i, l_i,
+                                         D, BLOCK_N, PRECISION)
+            n0 += BLOCK_N
+    else:
+        for n0 in range(0, hi, BLOCK_N):
+            acc, m_i, l_i = _chunk_block(q, k_base, v_base, n0, hi, qpos, sk_l, sv_l, qk_scale, acc, m_i, l_i,
+                                         D, BLOCK_N, PRECISION)
+    out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+    tl.store(out_ptr + tok[:, None] * so_n + heads[:, None] * so_h + offs_d[None, :],
+             out.to(out_ptr.dtype.element_ty), mask=valid[:, None])
+
+
+def chunk_attention(q, k_cache, v_cache, cu_q, max_q: int, rows, kv_lens, block_m=16, block_n=64):
+    """q [Nq, Hq, D] packed (row b owns q[cu_q[b]:cu_q[b+1]]), k_cache/v_cache [S, L, Hkv, D],
+    rows [B] (slot of each row), kv_lens [B] (valid keys, the new ones included), max_q: the
+    longest chunk (host int) -> [Nq, Hq, D]. Query i of a row with n new tokens sits at
+    position kv_len - n + i and sees the keys up to it."""
+    Nq, Hq, D = q.shape
+    B = rows.shape[0]
+    L, Hkv = k_cache.shape[1], k_cache.shape[2]
+    if not supports(q, k_cache, v_cache) or Hq % Hkv or k_cache.shape[3] != D or v_cache.shape != k_cache.shape:
+        raise ValueError(f"chunk_attention: unsupported q {tuple(q.shape)} {q.dtype}, "
+                         f"cache {tuple(k_cache.shape)} {k_cache.dtype}, strides {k_cache.stride()}")
+    if q.stride(-1) != 1:
+        q = q.contiguous()
+    out = torch.empty_like(q)
+    if B == 0 or Nq == 0 or max_q <= 0:
+        return out
+    G = Hq // Hkv
+    g_pad = triton.next_power_of_2(G)
+    block_m = max(block_m, triton.cdiv(16, g_pad))  # tl.dot needs M >= 16
+    _chunk_kernel[(B, Hkv, triton.cdiv(max_q, block_m))](
+        q, k_cache, v_cache, cu_q, rows, kv_lens, out,
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(1),
+        L, LOG2E / math.sqrt(D),
+        G=G, G_PAD=g_pad, D=D, BLOCK_M=block_m, BLOCK_N=block_n,
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        INTERPRET=os.environ.get("TRITON_INTERPRET") == "1", num_warps=8 if block_m * g_pad >= 128 else 4)
+    return out
