@@ -7,9 +7,10 @@ sampled tokens are forced, so that two code paths (or two machines) do
 identical work: each episode replays the expert tool-use chat of its GSM8K
 problem (r1/tasks/gsm8k.py expert_messages, the SFT warm-up data), laid out
 as the SFT data is (r1/sft.py expert_example). Their shape is the real loop's:
-4.26 turns and 209 response tokens per episode on the first 512 training
-problems, against 4.2 turns and 222 tokens in the SFT model's GRPO run
-(docs/results/run3). The episodes are first played on the host through the same
+4.13 turns and 206 response tokens per episode on the first 512 training
+problems (at most 6 steps and 192 tokens a step, configs/gsm8k_tool.yaml; the
+longest 467 tokens), against 4.2 turns and 222 tokens in the SFT model's GRPO
+run (docs/results/run3). The episodes are first played on the host through the same
 ToolEnv (`replay`), which gives each episode's whole token sequence; the
 generator then samples as usual (same kernels, same noise) and a wrapper of
 r1.generate.sample swaps in the token the sequence holds at that position
@@ -40,7 +41,9 @@ response token, the sampler-trainer gap each RL iteration logs.
     R1_COMPILE=1 R1_FUSE=1 python bench/agent_rollout.py --model 3b
 Without CUDA it runs a tiny random model on the CPU through the same code (a
 check: tests/test_agent_rollout_bench.py). --tokenizer takes an HF tokenizer
-folder (the device has no GGUF); --data the GSM8K folder or train.jsonl.
+folder, for a machine without the GGUF (write one with
+`load_tokenizer("smollm2-135m-instruct").hf.save_pretrained(DIR)`); --data a
+GSM8K folder or file (default: the copy in data/gsm8k).
 """
 import argparse
 import contextlib
