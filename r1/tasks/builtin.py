@@ -4,6 +4,7 @@
   the calculator over several steps; the embedded default.
 - gsm8k: GSM8K, one step, the answer after `####`.
 - gsm8k_tool: GSM8K with the calculator, several steps.
+- cli: the command-line assistant, generated folder trees and the sandboxed shell (r1/tasks/cli.py).
 
 GSM8K ships with the project in `data/gsm8k/` (openai/grade-school-math,
 MIT, compressed jsonl); `data.path` points elsewhere for another copy (a
@@ -11,7 +12,7 @@ folder with train/test jsonl, jsonl.gz or the HF parquet layout).
 """
 from pathlib import Path
 
-from r1.tasks import gsm8k, synthetic
+from r1.tasks import cli, gsm8k, synthetic
 from r1.tasks.registry import Task, register_task
 
 GSM8K_DIR = Path(__file__).resolve().parents[2] / "data" / "gsm8k"
@@ -54,3 +55,5 @@ register_task(Task("gsm8k", gsm8k_rows, calculator_env, tools=(), expert=expert,
                    doc="GSM8K, single step, answer after ####"))
 register_task(Task("gsm8k_tool", gsm8k_rows, calculator_env, tools=("calculator",), expert=expert,
                    doc="GSM8K with the calculator, several steps"))
+register_task(Task("cli", cli.rows, cli.cli_env, tools=("shell",), expert=cli.expert,
+                   doc="command-line assistant: answer questions about a generated folder with a sandboxed shell"))
