@@ -34,7 +34,7 @@ after glob expansion; a file read is at most 4 MB; each command has a work
 budget (bytes read, directory entries visited, lines sorted, the estimated
 backtracking cost of a grep pattern per line) and, as a last line of
 defence, a 10 s deadline checked as work is done; text between pipeline
-stages is at most 1 MB; what the model sees is cut at `max_output`
+stages is at most 4M characters; what the model sees is cut at `max_output`
 characters (default 2,000) with a note saying how much was left out. Control
 characters are shown as `?`, bytes that are not UTF-8 as `\\xNN`. grep
 refuses patterns that can backtrack exponentially in Python's `re`: a
@@ -73,7 +73,7 @@ MAX_COMMAND = 4000
 MAX_ARGS = 1024
 MAX_STAGES = 4
 MAX_FILE_BYTES = 4_000_000
-MAX_PIPE_CHARS = 1_000_000
+MAX_PIPE_CHARS = 4_000_000
 MAX_WORK = 20_000_000
 MAX_REGEX_STEPS = 1_000_000_000  # estimated; Python's re does ~4e8 of these a second
 TIME_LIMIT_S = 10.0
@@ -158,13 +158,13 @@ class Sandbox:
         try:
             stages = self.parse(command)
             out, errors = None, []
-            for argv in stages:
+            for k, argv in enumerate(stages):
                 argv = [argv[0]] + self.expand(argv[1:], budget)
                 if len(argv) > MAX_ARGS:
                     raise Refused(f"argument list too long ({len(argv)} words; the limit is {MAX_ARGS})")
                 out, errs = _RUNNERS[argv[0]](_Call(self, budget, argv[0], argv[1:], out))
                 errors += errs
-                if len(out) > MAX_PIPE_CHARS:
+                if len(out) > MAX_PIPE_CHARS and k < len(stages) - 1:  # the last is capped when shown
                     raise CmdError(f"{argv[0]}: output over {MAX_PIPE_CHARS} characters; narrow it down")
         except Refused as e:
             return ShellResult(f"refused: {show(str(e))}", ok=False, refused=True)
@@ -328,15 +328,18 @@ class Sandbox:
         return out
 
     def glob(self, word: str, budget: _Budget) -> list:
-        """Paths matching a marked glob word, as the model would write them; confined like locate."""
-        prefix = ""
-        if word.startswith("/"):
-            prefix = "/"
+        """Paths matching a marked glob word, as the model would write them; confined like locate.
+
+        As in bash: `*` skips dot files, a trailing '/' keeps folders only (a symlink counts if it
+        resolves to a folder inside root; one that leaves root is skipped, never looked at)."""
+        prefix = "/" if word.startswith("/") else ""
         parts = [p for p in word.split("/") if p != ""]
+        trailing = word.endswith("/")
         found = [prefix]
         for k, part in enumerate(parts):
+            last = k == len(parts) - 1
             if not any(c in _GLOB_UNMARK for c in part):
-                found = [f + part + ("/" if k < len(parts) - 1 else "") for f in found]
+                found = [f + part + ("/" if not last else "") for f in found]
                 continue
             pattern = "".join(_GLOB_UNMARK.get(c) or ("[" + c + "]" if c in "*?[" else c) for c in part)
             nxt = []
@@ -347,14 +350,22 @@ class Sandbox:
                 for name, st in self.entries(real, budget):
                     if name.startswith(".") and not pattern.startswith("."):
                         continue
-                    if fnmatch.fnmatchcase(name, pattern):
-                        if k < len(parts) - 1 and not stat.S_ISDIR(st.st_mode):
-                            continue
-                        nxt.append(base + name + ("/" if k < len(parts) - 1 else ""))
-                        if len(nxt) > MAX_ARGS:
-                            raise Refused(f"{part!r} matches more than {MAX_ARGS} paths")
+                    if not fnmatch.fnmatchcase(name, pattern):
+                        continue
+                    if (not last or trailing) and not self.is_dir(base + name):
+                        continue
+                    nxt.append(base + name + ("/" if not last else ""))
+                    if len(nxt) > MAX_ARGS:
+                        raise Refused(f"{show(part)!r} matches more than {MAX_ARGS} paths")
             found = nxt
-        return sorted(f.rstrip("/") if f != "/" else f for f in found)
+        return sorted(f + ("/" if trailing else "") for f in found if f != prefix)
+
+    def is_dir(self, path: str) -> bool:
+        """Whether a path is a folder inside root, following symlinks only while they stay inside."""
+        try:
+            return os.path.isdir(self.locate(path))
+        except (Refused, CmdError):
+            return False
 
 
 def _split_pipeline(command: str) -> list:
@@ -407,7 +418,7 @@ def _split_pipeline(command: str) -> list:
                 raise Refused(_expansion(c, nxt))
             elif c in "()":
                 raise Refused("subshells and grouping with ( ) are not supported")
-            elif c == "{" and word_start and _brace_expansion(command[i:]):
+            elif c == "{" and _brace_expansion(command[i:]):
                 raise Refused("brace expansion {a,b} is not supported; write each name")
             elif c == "\n" or c == "\r":
                 raise Refused("a newline separates commands; run one command (pipes with | are allowed)")
@@ -655,12 +666,19 @@ def _cmd_ls(c: _Call):
 
     files, dirs = [], []
     for op in operands:
-        real = c.sb.locate(op, follow=not long)
+        real = c.sb.locate(op, follow=False)
         try:
             st = os.lstat(real)
         except (FileNotFoundError, NotADirectoryError):
             c.error(f"cannot access '{show(op)}': No such file or directory")
             continue
+        if stat.S_ISLNK(st.st_mode) and not long and "d" not in opts:
+            real = c.sb.locate(op)  # followed, as GNU ls does; Refused if it leaves root
+            try:
+                st = os.lstat(real)
+            except (FileNotFoundError, NotADirectoryError):
+                c.error(f"cannot access '{show(op)}': No such file or directory")
+                continue
         (dirs if stat.S_ISDIR(st.st_mode) and "d" not in opts else files).append((op, st, real))
     out = [line(op, st, real) for op, st, real in order([(o, s, r) for o, s, r in files])]
     headers = len(operands) > 1 or "R" in opts
