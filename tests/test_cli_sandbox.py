@@ -6,7 +6,7 @@ updates it under relatime), the outside folder's listing and times, and a
 snapshot of the whole sandbox tree must be unchanged, and the canary's
 content must not appear in any output. Planted in the tree: symlinks to the
 canary (absolute and relative), to the outside folder, a chain that leaves
-in its second hop, a loop, a fifo, a binary file, a non-UTF-8 name, a 3 MB
+in its second hop, a loop, a hard link to the canary, a fifo, a binary file, a non-UTF-8 name, a 3 MB
 file, a file with one long line and a folder of 1,500 files.
 """
 import os
@@ -66,6 +66,7 @@ def world(tmp_path_factory):
     os.symlink("a.txt", root / "link_in")
     os.symlink(str(root / "docs"), root / "link_abs_in")
     os.mkfifo(root / "fifo")
+    os.link(canary, root / "hard")  # same inode as the canary
     for p in (canary, outside / "canary.txt", outside):
         os.utime(p, (OLD_ATIME, OLD_MTIME))
     return {"base": base, "root": root, "canary": canary, "outside": outside, "sb": Sandbox(root),
@@ -186,7 +187,8 @@ FAILS = {  # not unsafe, but failing: ok=False with a message, nothing read outs
     "find_L": "find -L .", "find_or": "find . -name a -o -name b", "binary_cat": "cat bin.dat",
     "redos_nested": "grep -E '(a+)+$' long.txt", "redos_alternation": "grep -E '(a|aa)*b' long.txt",
     "redos_bre": "grep '\\(a*\\)*b' long.txt", "backref": "grep '\\(a\\)\\1' a.txt",
-    "redos_budget": "grep '.*.*.*.*z' long.txt", "grep_dir": "grep alpha docs", "no_input": "wc",
+    "redos_budget": "grep '.*.*.*.*z' long.txt", "hard_link_cat": "cat hard", "hard_link_wc": "wc -c hard",
+    "hard_link_grep_r": "grep -r CANARY .", "grep_dir": "grep alpha docs", "no_input": "wc",
     "head_bad_number": "head -n x a.txt", "grep_no_pattern": "grep",
 }
 
@@ -199,8 +201,8 @@ def test_fails_cleanly(world, command):
 
 
 CONFINED = {  # allowed, but what they show stays inside root
-    "grep_r": "grep -r CANARY .", "grep_R": "grep -R CANARY .", "grep_r_none": "grep -rl CANARY",
-    "find_all": "find . -type f -name '*canary*'", "ls_R": "ls -R docs", "du": "du -sb .",
+    "grep_r": "grep -r CANARY docs", "grep_R": "grep -R CANARY logs", "grep_r_none": "grep -rl CANARY many",
+    "find_all": "find . -type f -name '*canary*'", "ls_hard": "ls -l hard", "ls_R": "ls -R docs", "du": "du -sb .",
     "ls_l_links": "ls -l", "file_links": "file link_abs link_out fifo loop", "find_links": "find . -type l",
     "glob_star_dirs": "ls */", "cat_many": "cat " + "a.txt " * 300,
 }
@@ -298,7 +300,7 @@ def test_shell_tool_unbound_and_non_string(world):
     ("grep 'a.p' a.txt", "alpha\nalpha"),
     ("grep -c '^[[:alpha:]]*$' a.txt", "4"),
     ("grep -rl word docs", "docs/sub/deep.txt"),
-    ("grep -r word", "docs/sub/deep.txt:deep word"),
+    ("grep -r --exclude=hard word", "docs/sub/deep.txt:deep word"),
     ("grep -r --include='*.md' Bob .", "./docs/notes.md:call Bob"),
     ("grep -rc ERROR logs", "logs/app.log:2\nlogs/big.log:0"),
     ("grep -L ERROR logs/app.log logs/big.log", "logs/big.log"),

@@ -26,7 +26,8 @@ and a symbolic link is followed only if its target stays inside (its target
 is read with `readlink`; nothing it points to outside is ever touched).
 Only regular files are opened, with O_NOFOLLOW | O_NONBLOCK and a check of
 the opened file's type, so fifos, sockets and device files are refused and
-never block. Recursive commands (find, grep -r, du, ls -R) never follow
+never block; a file with more than one hard link is not read (it may be a
+file outside the root, linked in). Recursive commands (find, grep -r, du, ls -R) never follow
 symbolic links they meet.
 
 Limits: the command is at most 4,000 characters and 1,024 words per stage
@@ -195,8 +196,8 @@ class Sandbox:
                    None)
         if bad is not None:
             raise Refused(f"control or private character {bad!r} in the command")
-        forbidden = _FIND_ACTIONS.search(command)
-        if forbidden:
+        forbidden = _FIND_ACTIONS.search(command) if _FIND_COMMAND.search(command) else None
+        if forbidden:  # before the scan, whose first complaint would be the ';' that ends -exec
             raise Refused(f"find {forbidden.group(1)} is not allowed: the sandbox is read-only and runs no programs")
         segments = _split_pipeline(command)
         if len(segments) > MAX_STAGES:
@@ -268,11 +269,6 @@ class Sandbox:
             done.append(part)
         return os.path.join(self.root, *done)
 
-    def shown(self, real: str) -> str:
-        """A real path inside root as the model would write it from /sandbox (for messages only)."""
-        rel = os.path.relpath(real, self.root)
-        return show(rel)
-
     def read(self, real: str, name: str, budget: _Budget, limit: int = MAX_FILE_BYTES) -> bytes:
         """The bytes of a regular file inside root (first `limit` bytes); CmdError/Refused otherwise."""
         try:
@@ -283,6 +279,8 @@ class Sandbox:
             raise CmdError(f"{name}: Is a directory")
         if not stat.S_ISREG(st.st_mode):
             raise Refused(f"{name[:60]}: not a regular file (device, fifo, socket or link); it is not opened")
+        if st.st_nlink > 1:  # a hard link planted in the tree may be a file that lives outside it
+            raise CmdError(f"{name}: the file has {st.st_nlink} hard links; it is not read")
         if st.st_size > MAX_FILE_BYTES and limit >= MAX_FILE_BYTES:
             raise CmdError(f"{name}: file is {st.st_size} bytes; the sandbox reads at most {MAX_FILE_BYTES}")
         fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
@@ -475,6 +473,7 @@ def _check_name(name: str) -> str:
 
 
 _FIND_ACTIONS = re.compile(r"(?:^|\s)(-(?:exec|execdir|ok|okdir|delete|fprint0?|fprintf|fls))(?=\s|$)")
+_FIND_COMMAND = re.compile(r"(?:^|\|)\s*find(?:\s|$)")
 _FIND_FORBIDDEN = {"-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprint0", "-fprintf", "-fls"}
 
 
@@ -520,7 +519,7 @@ class _Call:
                         self.fail(f"option '--{key}' needs a value")
                     value = args[i]
                 opts.setdefault(short, []).append(value if takes else True)
-            elif a.startswith("-") and len(a) > 1 and not (self.name == "tail" and a.startswith("-+")):
+            elif a.startswith("-") and len(a) > 1:
                 if numeric and a[1:].isdigit():
                     opts.setdefault("n", []).append(a[1:])
                     i += 1
@@ -1089,9 +1088,8 @@ def _cmd_head_tail(c: _Call):
         if headers:
             out.append(("\n" if out else "") + f"==> {show(name or 'standard input')} <==\n")
         if by_bytes:
-            piece = data[:count] if not tail else data[count - 1:] if from_start else data[-count:] if count else b""
-            if count < 0 and not tail:
-                piece = data[:count]
+            piece = data[:count] if not tail else data[max(count - 1, 0):] if from_start else \
+                data[-abs(count):] if count else b""
             out.append(piece.decode("utf-8", "replace"))
             continue
         if _binary(data):
@@ -1099,7 +1097,7 @@ def _cmd_head_tail(c: _Call):
             continue
         lines = _lines(data.decode("utf-8", "replace"))
         if tail:
-            part = lines[max(count - 1, 0):] if from_start else (lines[-count:] if count > 0 else [])
+            part = lines[max(count - 1, 0):] if from_start else (lines[-abs(count):] if count else [])
         else:
             part = lines[:count] if count >= 0 else lines[:count]
         out.append(_join(part))
@@ -1172,20 +1170,11 @@ def _cmd_file(c: _Call):
 
 
 def _cmd_du(c: _Call):
-    opts, operands = c.flags("sahbkcd", "", {"summarize": ("s", False), "all": ("a", False),
+    opts, operands = c.flags("sahbkc", "d", {"summarize": ("s", False), "all": ("a", False),
                                              "human-readable": ("h", False), "bytes": ("b", False),
-                                             "total": ("c", False), "max-depth": ("depth", True),
+                                             "total": ("c", False), "max-depth": ("d", True),
                                              "apparent-size": ("apparent", False)})
-    # -d N: a value flag, but also allow -d as in "du -d 1"
-    depth = None
-    if "d" in opts:
-        values = [a for k, a in zip(c.args, c.args[1:]) if k == "-d"]
-        if not values:
-            c.fail("option '-d' needs a value (du -d N)")
-        depth = c.number(values[-1], "-d")
-        operands = [o for o in operands if o != values[-1]] if values[-1] in operands else operands
-    if "depth" in opts:
-        depth = c.number(opts["depth"][-1], "--max-depth")
+    depth = c.number(opts["d"][-1], "-d / --max-depth") if "d" in opts else None
     if "s" in opts:
         depth = 0
     operands = operands or ["."]
