@@ -171,6 +171,7 @@ REFUSED = {
     # sizes
     "huge_args": "ls " + "a.txt " * (MAX_ARGS + 10), "too_long": "ls " + "a" * MAX_COMMAND,
     "glob_too_many": "ls many/*", "nul": "ls \x00", "escape_char": "ls \x1b[31m",
+    "lone_surrogate": "cat \ud800", "escaped_byte_name": "cat caf\udce9.txt",
 }
 
 
@@ -359,6 +360,18 @@ def test_output_cap_is_a_parameter(world):
     r = sb.run("cat big.txt")
     assert r.text.startswith("line of text alpha\n") and r.text.endswith("e.g. | head]") and len(r.text) < 200
     _check_untouched(world)
+
+
+def test_os_errors_are_results(world, monkeypatch):
+    """A folder the process may not read (root reads them all, so the error is simulated) is an ok=False
+    result naming no real path, not an exception."""
+    import r1.envs.cli as cli
+
+    def denied(path):
+        raise PermissionError(13, "Permission denied", str(path))
+    monkeypatch.setattr(cli.os, "scandir", denied)
+    r = world["sb"].run("ls docs")
+    assert not r.ok and r.text == "error: Permission denied"
 
 
 def test_root_must_be_a_directory(world):

@@ -139,7 +139,11 @@ class ShellResult(ToolResult):
 
 def show(name: str) -> str:
     """A file name or text as the model sees it: undecodable bytes as \\xNN, control characters as '?'."""
-    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace").translate(_CONTROL)
+    try:
+        raw = name.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a lone surrogate that no byte maps to
+        raw = name.encode("utf-8", "backslashreplace")
+    return raw.decode("utf-8", "backslashreplace").translate(_CONTROL)
 
 
 class Sandbox:
@@ -173,6 +177,8 @@ class Sandbox:
             return ShellResult(self.cap(show(str(e))), ok=False)
         except RecursionError:
             return ShellResult("error: the command nests too deeply", ok=False)
+        except OSError as e:  # e.g. a folder without read permission; the real path is not shown
+            return ShellResult(f"error: {e.strerror or type(e).__name__}", ok=False)
         text = out + "".join(f"{show(e)}\n" for e in errors)
         return ShellResult(self.cap(show(text)) if text else "(no output)", ok=not errors)
 
@@ -192,10 +198,10 @@ class Sandbox:
             raise Refused(f"command is {len(command)} characters long; the limit is {MAX_COMMAND}")
         if not command.strip():
             raise Refused("the command is empty")
-        bad = next((c for c in command if c in _GLOB_UNMARK or (ord(c) < 32 and c not in "\t\n") or c == "\x7f"),
-                   None)
+        bad = next((c for c in command if c in _GLOB_UNMARK or (ord(c) < 32 and c not in "\t\n") or c == "\x7f"
+                    or "\ud800" <= c <= "\udfff"), None)
         if bad is not None:
-            raise Refused(f"control or private character {bad!r} in the command")
+            raise Refused(f"control, private or surrogate character {ascii(bad)} in the command")
         forbidden = _FIND_ACTIONS.search(command) if _FIND_COMMAND.search(command) else None
         if forbidden:  # before the scan, whose first complaint would be the ';' that ends -exec
             raise Refused(f"find {forbidden.group(1)} is not allowed: the sandbox is read-only and runs no programs")
