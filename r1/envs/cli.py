@@ -557,10 +557,6 @@ class _Call:
             self.fail(f"invalid number {show(text[:30])!r} for {what}")
         return int(text)
 
-    def text_of(self, operand: str) -> str:
-        """A file's text (decoded, invalid UTF-8 replaced); errors propagate."""
-        return self.sb.read(self.sb.locate(operand), show(operand), self.budget).decode("utf-8", "replace")
-
     def inputs(self, operands: list):
         """[(name, bytes or None on error)] of the operands, or stdin; per-file errors are recorded."""
         if not operands:

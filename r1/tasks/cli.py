@@ -120,11 +120,9 @@ def file_bytes(f: dict) -> bytes:
     else:  # txt, md
         lines = [("# " if kind == "md" else "") + " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 7)))
                  for _ in range(n)]
-    if f.get("plant"):
+    if f.get("plant"):  # only text, md and log files get one (make_tree)
         k = rng.randrange(len(lines))
-        lines[k] = f"{lines[k]} {f['plant']}" if kind != "csv" or k else lines[k]
-        if kind == "csv" and k == 0:
-            lines.append(f"2024-01-01,{f['plant']},1")
+        lines[k] = f"{lines[k]} {f['plant']}"
     return "".join(line + "\n" for line in lines).encode()
 
 
@@ -229,13 +227,6 @@ def _unique_max(files, key):
         return None
     best = sorted(files, key=key, reverse=True)
     return best[0] if key(best[0]) != key(best[1]) else None
-
-
-def _largest_in(tree, d, sizes, text_only=False):
-    files = _under(tree, d, recursive=False)
-    if text_only and any(f["kind"] not in TEXT_KINDS for f in files):
-        return None
-    return _unique_max(files, lambda f: sizes[f["path"]])
 
 
 def _request(rng, tree, level, data) -> dict | None:
