@@ -127,6 +127,8 @@ def test_expert_solves_every_kind(level):
     ("#### a/x.pdf", "a/x.pdf, b/y.pdf", 0.0),
     ("#### a/x.pdf, b/y.pdf, c/z.pdf", "a/x.pdf, b/y.pdf", 0.0),
     ("#### " + "9" * 5000, "12", 0.0),  # beyond Python's int digit limit: no crash
+    ("#### logs/app.log<|im_end|>", "logs/app.log", 1.0),  # a decoded reply ends with its stop token
+    ("#### a/x.pdf, b/y.pdf<|im_end|>\n<|im_start|>user", "a/x.pdf, b/y.pdf", 1.0),
 ])
 def test_score(text, gold, expected):
     assert cli.score(text, gold) == expected
@@ -144,7 +146,7 @@ def test_score_on_hostile_text_is_plain():
 
 def test_episode_lifecycle_and_rewards(tok):
     cfg = cfg_of("data.level=2")
-    row = cli.make_dataset(1, 5, 2)[0]
+    row = next(r for r in cli.make_dataset(20, 5, 2) if r["kind"] in ("largest", "newest", "list_ext", "find_word"))
     env = make_env(cfg, tok)()
     obs = env.reset(row)
     assert obs.messages[-1]["content"] == row["question"] and env.tools[0]["function"]["name"] == "shell"
@@ -156,7 +158,7 @@ def test_episode_lifecycle_and_rewards(tok):
     obs, reward, done, info = env.step(Action([], call("rm -rf .")))
     assert not done and info["errors"] == ["tool_error"] and info["refused"] == 1
     assert obs.messages[0]["content"].startswith("refused: rm: the sandbox is read-only")
-    _, reward, done, info = env.step(Action([], f"Done.\n#### {row['answer']}"))
+    _, reward, done, info = env.step(Action([], f"Done.\n#### {row['answer']}" + tok.decode([tok.stop_ids[0]])))
     assert done and reward == 1.0 and info["correct"] and info["score"] == 1.0
     assert not os.path.exists(root) and env.root is None  # removed at the episode's end
     assert not get_tool("shell")({"command": "ls"}).ok  # the registered tool is never bound to a sandbox
@@ -250,3 +252,62 @@ def test_train_sft_then_rl_and_eval(tmp_path, capsys):
     eval_py.main(["--config", CONFIG, *common, f"model.path={run}", "eval.limit=2", f"eval.out={tmp_path / 'ev'}"])
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["n"] == 2 and result["task"] == "cli" and 0.0 <= result["accuracy"] <= 1.0
+
+
+class ScriptedGenerator:
+    """Stands in for r1.generate.Generator: each episode replays its row's expert turns as token ids."""
+
+    def __init__(self, tok, scripts: dict, slots: int):
+        self.tok, self.scripts, self.slots = tok, scripts, slots
+        self.queue, self.turn, self.prompts = [], {}, {}
+
+    def submit(self, key, prompt_ids, max_new_tokens):
+        self.queue.append(key)
+        self.prompts.setdefault(key, []).append(list(prompt_ids))
+
+    def release(self, key):
+        pass
+
+    def busy(self):
+        return bool(self.queue)
+
+    def free_slots(self):
+        return self.slots - len(self.queue)
+
+    def step(self):
+        from r1.generate import Completion
+
+        out = []
+        for key in self.queue:
+            k = self.turn.get(key, 0)
+            self.turn[key] = k + 1
+            ids = self.tok.encode(self.scripts[key.rsplit("-", 1)[0]][k]) + [self.tok.stop_ids[0]]
+            out.append(Completion(key, self.prompts[key][-1], ids, [0.0] * len(ids), "eos"))
+        self.queue = []
+        return out
+
+
+def test_rollout_loop_runs_expert_episodes_and_removes_every_sandbox(tok, tmp_path, monkeypatch):
+    """The real AgentEnvLoop (thread pool, several episodes at once) over CliEnv: the expert's turns
+    earn reward 1 in every episode, the tool outputs are in the next prompt, and no sandbox is left."""
+    from r1.rollout import AgentEnvLoop
+
+    monkeypatch.setattr(cli.tempfile, "tempdir", str(tmp_path))  # count this test's sandboxes only
+    rows = cli.make_dataset(6, 9, 2)
+    scripts = {}
+    for g, row in enumerate(rows):
+        turns = []
+        for m in cli.expert_messages(row):
+            if m["role"] == "assistant":
+                calls = m.get("tool_calls") or []
+                turns.append(m["content"] + "".join(call(c["function"]["arguments"]["command"]) for c in calls))
+        scripts[str(g)] = turns
+    loop = AgentEnvLoop(ScriptedGenerator(tok, scripts, slots=4), tok, make_env(cfg_of(), tok), 128)
+    trajs = loop.run(rows, n=2)
+    assert len(trajs) == 12
+    for t in trajs:
+        assert t.termination == "answered" and sum(s.reward for s in t.steps) == 1.0, t.uid
+        assert len(t.steps) >= 2 and t.steps[-1].info["correct"]
+        tool_output = tok.decode(t.steps[1].prompt_ids[len(t.steps[0].prompt_ids):])
+        assert "/sandbox" not in tool_output or "sandbox" in rows[t.group]["question"]
+    assert os.listdir(tmp_path) == []

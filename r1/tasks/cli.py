@@ -27,7 +27,8 @@ lines_of_largest (L3).
 Answer format: the model ends with `#### <answer>`: a number, a path, or
 several paths separated by commas, relative to /sandbox (`./` and
 `/sandbox/` prefixes are accepted). `score` reads what follows the last
-`####` in one linear pass: numbers compare as integers (thousands commas
+`####` (up to a special token such as the `<|im_end|>` a decoded reply
+ends with) in one linear pass: numbers compare as integers (thousands commas
 allowed, trailing words ignored), paths compare as sets (order and
 duplicates ignored, surrounding quotes and a trailing period stripped).
 
@@ -334,10 +335,11 @@ _STRIP = "'\"`*()[]<>"
 
 
 def extract_answer(text: str) -> str | None:
-    """What follows the last ####, stripped; None if there is no #### or nothing after it."""
+    """What follows the last ####, up to a special token such as <|im_end|> (a decoded response ends
+    with its stop token), stripped; None if there is no #### or nothing after it."""
     if not isinstance(text, str) or "####" not in text:
         return None
-    after = text.rsplit("####", 1)[1].strip()
+    after = text.rsplit("####", 1)[1].split("<|", 1)[0].strip()
     return after or None
 
 
@@ -394,9 +396,16 @@ class CliEnv(ToolEnv):
                  **kwargs):
         if "shell" not in tools:
             raise ValueError(f"data.task=cli needs the shell tool, but env.tools={list(tools)}; leave env.tools unset")
-        super().__init__(tokenizer, make_prompt, score, tools=tuple(tools), answer_format=has_answer, **kwargs)
+        super().__init__(tokenizer, make_prompt, lambda text, gold: score(self.unstop(text), gold),
+                         tools=tuple(tools), answer_format=lambda text: has_answer(self.unstop(text)), **kwargs)
         self.command_reward, self.max_output = command_reward, max_output
         self.root, self._cleanup, self._results = None, None, []
+
+    def unstop(self, text: str) -> str:
+        """The reply without the stop token that ended it (the tokenizer's, whatever its spelling)."""
+        body = text.rstrip()
+        end = next((s for s in self.stop_texts if s and body.endswith(s)), "")
+        return body[: len(body) - len(end)]
 
     def reset(self, sample):
         self.close()
