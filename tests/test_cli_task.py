@@ -84,6 +84,23 @@ def test_materialized_tree_matches_the_spec(tmp_path):
                         str(tmp_path))
 
 
+def test_outputs_do_not_depend_on_where_or_when_the_tree_is_written(tmp_path):
+    """Two copies of a tree, written at different times in different folders, answer alike: SFT chats
+    and RL observations are reproducible."""
+    import time
+
+    row = cli.make_dataset(1, 4, 3)[0]
+    commands = ["ls -lR", "ls -lt Documents", "du -a", "find . -type f", "file Downloads/*", "pwd", "ls -la /sandbox"]
+    with cli.sandbox_for(row["tree"]) as first:
+        a = [first.run(c).text for c in commands]
+        time.sleep(1.1)
+        with cli.sandbox_for(row["tree"]) as second:
+            b = [second.run(c).text for c in commands]
+            assert first.root != second.root and second.root not in "".join(b)
+    assert a == b and all(x and not x.startswith(("refused", "error")) for x in a)
+    assert "2024-" in a[0] and " user user " in a[0]
+
+
 @pytest.mark.parametrize("level", [1, 2, 3])
 def test_expert_solves_every_kind(level):
     """For every request kind of the level, the expert's answer (from real sandbox output) is the ground truth."""

@@ -67,7 +67,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from r1.envs.tools import Tool, ToolResult, register_tool
+from r1.envs.tools import TOOLS, Tool, ToolResult, register_tool
 
 VIRTUAL_ROOT = "/sandbox"
 MAX_COMMAND = 4000
@@ -1327,7 +1327,11 @@ def _unbound(command: str) -> ToolResult:
     return ToolResult("error: the shell tool runs inside a cli episode's sandbox; none is bound here", ok=False)
 
 
-SHELL = register_tool(Tool("shell", SHELL_SCHEMA, _unbound), replace=True)
+# Registered so that configs and schemas can name it; a cli episode binds its own copy to its sandbox.
+# A "shell" a user registered first is left alone (CliEnv uses this one whatever the registry holds).
+SHELL = Tool("shell", SHELL_SCHEMA, _unbound)
+if "shell" not in TOOLS:
+    register_tool(SHELL)
 
 
 def shell_tool(sandbox: Sandbox, on_result=None) -> Tool:

@@ -399,6 +399,8 @@ class CliEnv(ToolEnv):
         super().__init__(tokenizer, make_prompt, lambda text, gold: score(self.unstop(text), gold),
                          tools=tuple(tools), answer_format=lambda text: has_answer(self.unstop(text)), **kwargs)
         self.command_reward, self.max_output = command_reward, max_output
+        self.tool_fns["shell"] = SHELL  # ours, even if the registry's "shell" is a user's tool of that name
+        self.tools = [t.schema for t in self.tool_fns.values()]
         self.root, self._cleanup, self._results = None, None, []
 
     def unstop(self, text: str) -> str:
