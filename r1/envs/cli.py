@@ -1,6 +1,7 @@
 """The command-line sandbox: read-only shell commands over one folder, in pure Python.
 
-`Sandbox(root).run(command)` returns a `ToolResult(text, ok)`. The command is
+`Sandbox(root).run(command)` returns a `ShellResult(text, ok, refused)`, a
+`ToolResult` that also says whether the command was refused. The command is
 parsed, never handed to a shell, and every command is our own Python code
 working on paths it has checked; no program is ever executed. That is the
 only way to guarantee confinement: a real `grep` or `find` has options
@@ -11,8 +12,8 @@ executed, whatever the command, and there is nothing to write with.
 
 Parsing. A quote-aware scan of the raw text refuses, with a one-line reason
 the model can read, everything a shell would give a meaning we do not
-implement: `;`, `&`, `&&`, `||`, `>`, `<`, `(`, `)`, `{`, backticks, `$(...)`,
-`$VAR`, `~`, `#` comments and newlines. Unquoted `|` splits a pipeline (at
+implement: `;`, `&`, `&&`, `||`, `>`, `<`, `(`, `)`, `{a,b}`, backticks,
+`$(...)`, `$VAR`, `~`, `#` comments and newlines. Unquoted `|` splits a pipeline (at
 most 4 stages): each stage's output is the next one's input, as text in
 memory. Each stage's argv comes from `shlex.split`. Unquoted `*`, `?` and
 `[` are globs and are expanded by us against the sandbox (no match: the word
@@ -27,8 +28,8 @@ is read with `readlink`; nothing it points to outside is ever touched).
 Only regular files are opened, with O_NOFOLLOW | O_NONBLOCK and a check of
 the opened file's type, so fifos, sockets and device files are refused and
 never block; a file with more than one hard link is not read (it may be a
-file outside the root, linked in). Recursive commands (find, grep -r, du, ls -R) never follow
-symbolic links they meet.
+file outside the root, linked in). Recursive commands (find, grep -r, du,
+ls -R) never follow symbolic links they meet.
 
 Limits: the command is at most 4,000 characters and 1,024 words per stage
 after glob expansion; a file read is at most 4 MB; each command has a work
