@@ -177,6 +177,7 @@ def test_episode_lifecycle_and_rewards(tok):
     assert obs.messages[0]["content"].startswith("refused: rm: the sandbox is read-only")
     _, reward, done, info = env.step(Action([], f"Done.\n#### {row['answer']}" + tok.decode([tok.stop_ids[0]])))
     assert done and reward == 1.0 and info["correct"] and info["score"] == 1.0
+    cli.drain()
     assert not os.path.exists(root) and env.root is None  # removed at the episode's end
     assert not get_tool("shell")({"command": "ls"}).ok  # the registered tool is never bound to a sandbox
 
@@ -190,20 +191,24 @@ def test_sandbox_removed_on_max_steps_reset_close_and_gc(tok):
     first = env.root
     env.step(Action([], call("ls")))
     _, _, done, info = env.step(Action([], call("ls")))
+    cli.drain()
     assert done and info["reason"] == "max_steps" and not os.path.exists(first)
     env.reset(rows[1])
     second = env.root
     env.reset(rows[2])  # an episode cut short (e.g. context budget) is cleaned up by the next reset
+    cli.drain()
     assert not os.path.exists(second) and os.path.isdir(env.root)
     third = env.root
     env.close()
     env.close()
+    cli.drain()
     assert not os.path.exists(third)
     env = factory()
     env.reset(rows[0])
     fourth = env.root
     del env
     gc.collect()
+    cli.drain()
     assert not os.path.exists(fourth)  # dropped by the rollout loop without a word: the finalizer removes it
 
 
@@ -272,11 +277,12 @@ def test_train_sft_then_rl_and_eval(tmp_path, capsys):
 
 
 class ScriptedGenerator:
-    """Stands in for r1.generate.Generator: each episode replays its row's expert turns as token ids."""
+    """Stands in for r1.generate.Generator (submit, launch, finish, release): each episode replays its
+    row's expert turns as token ids, each ended by the stop token as a sampled turn would be."""
 
     def __init__(self, tok, scripts: dict, slots: int):
         self.tok, self.scripts, self.slots = tok, scripts, slots
-        self.queue, self.turn, self.prompts = [], {}, {}
+        self.queue, self.launched, self.turn, self.prompts = [], [], {}, {}
 
     def submit(self, key, prompt_ids, max_new_tokens):
         self.queue.append(key)
@@ -286,21 +292,24 @@ class ScriptedGenerator:
         pass
 
     def busy(self):
-        return bool(self.queue)
+        return bool(self.queue or self.launched)
 
     def free_slots(self):
-        return self.slots - len(self.queue)
+        return self.slots - len(self.queue) - len(self.launched)
 
-    def step(self):
+    def launch(self):
+        self.launched, self.queue = self.launched + self.queue, []
+
+    def finish(self):
         from r1.generate import Completion
 
         out = []
-        for key in self.queue:
+        for key in self.launched:
             k = self.turn.get(key, 0)
             self.turn[key] = k + 1
             ids = self.tok.encode(self.scripts[key.rsplit("-", 1)[0]][k]) + [self.tok.stop_ids[0]]
             out.append(Completion(key, self.prompts[key][-1], ids, [0.0] * len(ids), "eos"))
-        self.queue = []
+        self.launched = []
         return out
 
 
@@ -327,4 +336,5 @@ def test_rollout_loop_runs_expert_episodes_and_removes_every_sandbox(tok, tmp_pa
         assert len(t.steps) >= 2 and t.steps[-1].info["correct"]
         tool_output = tok.decode(t.steps[1].prompt_ids[len(t.steps[0].prompt_ids):])
         assert "/sandbox" not in tool_output or "sandbox" in rows[t.group]["question"]
+    cli.drain()
     assert os.listdir(tmp_path) == []

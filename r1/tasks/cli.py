@@ -8,7 +8,10 @@ materialises the tree in a fresh temporary folder, offers the `shell` tool
 bound to an `r1.envs.cli.Sandbox` over it, and removes the folder when the
 episode ends (or when the env is closed, reset or garbage collected: the
 rollout loop does not tell an env that an episode was cut short, so a
-`weakref.finalize` is the backstop).
+`weakref.finalize` is the backstop). The removal runs on a background thread
+(`remove_later`; `drain()` waits for it): env steps run on the rollout loop's
+thread, and deleting ~35 files took 47 ms of wall time (3 ms of CPU) on an
+ext4 VM disk, 24 s of waiting for 512 episodes.
 
 Rows are generated like the synthetic task's: row i of (seed, level) draws
 from its own RNG keyed by the string "cli:<seed>:<level>:<i>", so it is the
@@ -43,7 +46,9 @@ import random
 import re
 import shutil
 import tempfile
+import threading
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 from r1.envs.cli import MAX_OUTPUT, SHELL, Sandbox, shell_tool
@@ -198,6 +203,30 @@ def materialize(tree: dict, root: str):
         os.chmod(path, 0o755)
         t = newest.get(d, BASE_TIME)
         os.utime(path, (t, t))
+
+
+_REMOVER, _PENDING, _LOCK = None, [], threading.Lock()
+
+
+def remove_later(root: str):
+    """Delete a sandbox folder on a background thread; at interpreter exit (no more threads), at once."""
+    global _REMOVER
+    try:
+        with _LOCK:
+            if _REMOVER is None:
+                _REMOVER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="r1-cli-remove")
+            _PENDING[:] = [f for f in _PENDING if not f.done()]
+            _PENDING.append(_REMOVER.submit(shutil.rmtree, root, True))
+    except RuntimeError:  # "cannot schedule new futures after interpreter shutdown"
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def drain():
+    """Wait until every sandbox folder handed to remove_later is gone."""
+    with _LOCK:
+        pending = list(_PENDING)
+    for f in pending:
+        f.result()
 
 
 @contextmanager
@@ -387,8 +416,9 @@ def make_prompt(row: dict, tools: bool = True) -> list:
 class CliEnv(ToolEnv):
     """A ToolEnv whose `shell` tool is bound, per episode, to a sandbox over the row's tree.
 
-    The sandbox folder is created at reset and removed when the episode ends (a final answer or
-    max_steps), at the next reset, on close(), or when the env is garbage collected.
+    The sandbox folder is created at reset and removed (in the background, see remove_later) when the
+    episode ends (a final answer or max_steps), at the next reset, on close(), or when the env is
+    garbage collected.
     `command_reward` (shaping, default 0) is paid for a step whose shell commands were all
     accepted (none refused as unsafe or unknown), whether or not they then succeeded."""
 
@@ -412,7 +442,7 @@ class CliEnv(ToolEnv):
     def reset(self, sample):
         self.close()
         self.root = tempfile.mkdtemp(prefix="r1-cli-")
-        self._cleanup = weakref.finalize(self, shutil.rmtree, self.root, True)
+        self._cleanup = weakref.finalize(self, remove_later, self.root)
         materialize(sample["tree"], self.root)
         self.tool_fns["shell"] = shell_tool(Sandbox(self.root, max_output=self.max_output), self._results.append)
         return super().reset(sample)
@@ -429,7 +459,7 @@ class CliEnv(ToolEnv):
         return obs, reward, done, info
 
     def close(self):
-        """Remove this episode's sandbox folder (idempotent)."""
+        """Remove this episode's sandbox folder, in the background (idempotent; `drain()` waits)."""
         if self._cleanup is not None:
             self._cleanup()
         self.root, self._cleanup = None, None
