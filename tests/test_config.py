@@ -88,7 +88,8 @@ def test_overrides_are_typed_by_the_field():
 def test_override_list_forms_and_last_wins():
     assert load_config(None, ["env.tools=[calculator]"]).env.tools == ["calculator"]
     assert load_config(None, ["env.tools= calculator , calculator"]).env.tools == ["calculator", "calculator"]
-    assert load_config(None, ["env.tools="]).env.tools == []
+    assert load_config(None, ["data.task=gsm8k", "env.tools="]).env.tools == []  # a task without tools
+    assert load_config(None, ["env.tools=null"]).env.tools is None  # the task's own tools
     assert load_config(None, ["train.steps=3", "train.steps=5"]).train.steps == 5
 
 
@@ -174,7 +175,7 @@ def test_choices_name_the_options(tmp_path):
     (["rollout.top_p=0"], "rollout.top_p", "(0, 1]"), (["algo.gamma=1.1"], "algo.gamma", "in [0.0, 1.0]"),
     (["algo.dual_clip=0.5"], "algo.dual_clip", "> 1"), (["env.malformed_penalty=0.5"], "env.malformed_penalty", "<= 0"),
     (["data.level=99"], "data.level", "[1, 8]"), (["env.tools=calc"], "env.tools", "calculator"),
-    (["data.task=gsm8k"], "data.path", "gsm8k"), (["rollout.max_new_tokens=4096"], "rollout.max_new_tokens", "max_context"),
+    (["data.task=gsm8k", "env.tools=[calculator]"], "env.tools", "takes no tools"), (["rollout.max_new_tokens=4096"], "rollout.max_new_tokens", "max_context"),
     (["rollout.n=1", "algo.advantage=grpo"], "rollout.n", ">= 2"),
     (["train.time_limit=-5"], "train.time_limit", ">= 0"),
 ])

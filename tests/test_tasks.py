@@ -57,22 +57,22 @@ def test_tools_mismatch_is_a_config_error(overrides, message):
 def test_tool_from_a_module_path_is_registered_and_offered(tmp_path, monkeypatch):
     (tmp_path / "mytools.py").write_text(textwrap.dedent('''
         from r1.envs.tools import Tool, ToolResult
-        SCHEMA = {"type": "function", "function": {"name": "echo", "description": "echo the text",
+        SCHEMA = {"type": "function", "function": {"name": "reverse", "description": "reverse the text",
                   "parameters": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}}
-        ECHO = Tool(name="echo", schema=SCHEMA, fn=lambda text: ToolResult(text[::-1], True))
+        REVERSE = Tool(name="reverse", schema=SCHEMA, fn=lambda text: ToolResult(text[::-1], True))
     '''))
     monkeypatch.chdir(tmp_path)
-    cfg = load_config(SMOKE, ["env.tools=[calculator, mytools:ECHO]"])
-    assert task_tools(cfg, get_task("synthetic")) == ("calculator", "echo")
+    cfg = load_config(SMOKE, ["env.tools=[calculator, mytools:REVERSE]"])
+    assert task_tools(cfg, get_task("synthetic")) == ("calculator", "reverse")
 
     class Tok:  # what ToolEnv reads of a tokenizer
         special_tokens, stop_ids = (), ()
 
     env = make_env(cfg, Tok())()
-    assert [t["function"]["name"] for t in env.tools] == ["calculator", "echo"]
+    assert [t["function"]["name"] for t in env.tools] == ["calculator", "reverse"]
     env.reset({"question": "q", "answer": "1"})
     from r1.envs.base import Action
-    obs, reward, done, info = env.step(Action(ids=[], text='<tool_call>{"name": "echo", "arguments": {"text": "abc"}}</tool_call>'))
+    obs, reward, done, info = env.step(Action(ids=[], text='<tool_call>{"name": "reverse", "arguments": {"text": "abc"}}</tool_call>'))
     assert obs.messages[0]["content"] == "cba" and not done and info["errors"] == []
 
 
