@@ -84,6 +84,7 @@ class AgentEnvLoop:
         if prompt is None:
             traj.termination = reason
             self.done.append(traj)
+            env.close()
             return
         self.live[uid] = [env, traj, prompt]
         self.gen.submit(uid, prompt, self.max_new_tokens)
@@ -108,6 +109,7 @@ class AgentEnvLoop:
             self.done.append(traj)
             del self.live[c.key]
             self.gen.release(c.key)
+            env.close()  # whatever ended it (answer, max_steps, context budget): the env frees what it holds
         else:
             self.live[c.key][2] = nxt
             self.gen.submit(c.key, nxt, self.max_new_tokens)

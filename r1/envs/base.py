@@ -60,6 +60,10 @@ class Env:
         """-> (Observation | None, reward: float, done: bool, info: dict)."""
         raise NotImplementedError
 
+    def close(self):
+        """Release what the episode holds (a sandbox folder, a connection); the rollout loop calls it
+        once when the episode ends, whatever ended it. Override it if your env holds anything."""
+
     def summarize(self, chunks: list) -> Observation | None:
         """Override to write a summary of old turns when the budget is hit (None = no summary)."""
         return None
