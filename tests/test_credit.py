@@ -74,3 +74,16 @@ def test_outcome_estimators_are_constant_within_a_trajectory(kind):
     adv, _ = run(Algo(advantage=kind), [0.0, 1.0, 0.0])
     assert len(set(adv[:5].tolist())) == 1 and len(set(adv[5:].tolist())) == 1
     assert adv[0] > adv[5]
+
+
+def test_step_rewards_are_discounted_returns_to_go_compared_at_the_same_step():
+    """reward_level=step: a step's score is its discounted return-to-go within its own episode, so the tool
+    call of an episode that later succeeds gets credit, and the group baseline compares that return with
+    the same step of the group's other episodes (bug D: immediate rewards, gamma ignored)."""
+    # traj 0: a tool step (reward 0), then a correct answer (1); traj 1: a wrong answer at once (0)
+    adv, _ = run(Algo(advantage="grpo", reward_level="step", gamma=0.5), [0.0, 1.0, 0.0])
+    # step 0 returns: traj 0 -> 0 + 0.5 * 1 = 0.5, traj 1 -> 0: compared at step 0, group std 0.3536
+    a0 = (0.5 - 0.25) / (math.sqrt(0.125) + 1e-6)
+    assert torch.allclose(adv[:2], torch.tensor([a0, a0]), atol=1e-5)
+    assert torch.allclose(adv[5:], torch.tensor([-a0, -a0]), atol=1e-5)
+    assert torch.allclose(adv[2:5], torch.zeros(3))  # step 1 exists in traj 0 only: no baseline, no signal
