@@ -30,6 +30,10 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from r1.algos.estimators import CRITIC_KEYS, ESTIMATORS
+from r1.algos.policy_losses import POLICY_LOSSES
+from r1.algos.reward_norm import MODES as REWARD_NORM_MODES
+
 
 class ConfigError(ValueError):
     """A one-line, user-facing configuration error."""
@@ -92,9 +96,9 @@ class Env:
     max_steps: int = 4
     """Maximum environment steps (model turns) per episode."""
     context_policy: str = "append"
-    """append (token-exact concatenation), window (keep the first prompt and the latest turns) or truncate (end the episode)."""
+    """append (token-exact concatenation; the episode ends when the budget is reached), window (keep the first prompt and the latest whole turns) or truncate (keep the first prompt and the latest tokens)."""
     max_context: int = 2048
-    """Token budget of a step's prompt + response; exceeding it ends the episode (append/truncate) or slides the window."""
+    """Token budget of a step's prompt + response; reaching it ends the episode (append) or drops old context (window, truncate; the episode ends only when the first prompt alone does not fit)."""
     malformed_penalty: float = 0.0
     """Reward added (use a negative number) for each step with a malformed tool call."""
     format_reward: float = 0.0
@@ -129,11 +133,13 @@ class Rollout:
 @dataclass
 class Algo:
     advantage: str = "step_gae"
-    """step_gae, token_gae, grpo, rloo, reinforce_pp or reinforce_pp_baseline (see docs/algorithms.md)."""
+    """A name in r1/algos/estimators.ESTIMATORS: step_gae, token_gae, grpo, rloo, reinforce_pp, reinforce_pp_baseline (docs/algorithms.md)."""
+    policy_loss: str = "ppo"
+    """A name in r1/algos/policy_losses.POLICY_LOSSES: ppo (clipped ratio) or cispo (clipped importance weight, every token keeps its gradient)."""
     gamma: float = 1.0
-    """Discount across steps (step_gae) or tokens (token_gae)."""
+    """Discount across steps (step_gae; group estimators with reward_level=step) or tokens (token_gae)."""
     lam: float = 1.0
-    """GAE lambda."""
+    """GAE lambda (step_gae, token_gae)."""
     grpo_std_norm: bool = True
     """GRPO: divide by the group std (False = Dr.GRPO)."""
     drop_uniform_groups: bool = False
@@ -141,9 +147,13 @@ class Algo:
     the update (their advantages are all 0), so the loss is normalised over informative tokens only
     (DAPO's dynamic-sampling filter, without resampling). Their KL-loss and entropy terms go with them."""
     reward_level: str = "trajectory"
-    """Group baselines on the trajectory's total reward (trajectory) or per step (step)."""
+    """Group estimators: score each trajectory by its total reward (trajectory), or each step by its discounted
+    return-to-go, compared with the same step index of the group's other episodes (step)."""
+    normalize_reward: str = "off"
+    """off, std (divide step rewards by their running std) or mean_std (also subtract the running mean); running
+    moments over every reward seen, on all ranks (r1/algos/reward_norm.py)."""
     whiten: bool = False
-    """Whiten advantages over the batch."""
+    """Whiten advantages over the global batch (all ranks); implied by reinforce_pp*, so refused there."""
     adv_clip: float = 0.0
     """Clip advantages to [-adv_clip, adv_clip] (0 = off)."""
     clip_low: float = 0.2
@@ -153,7 +163,7 @@ class Algo:
     dual_clip: float = 0.0
     """Dual-clip constant c > 1 for negative advantages (0 = off)."""
     ratio_level: str = "token"
-    """token (PPO) or step (GSPO-style geometric mean ratio over the step's tokens)."""
+    """ppo: token, or step (GSPO-style geometric mean ratio over the step's tokens; any loss_agg)."""
     log_ratio_clamp: float = 20.0
     """Clamp |log ratio| before exp."""
     tis_cap: float = 0.0
@@ -164,6 +174,10 @@ class Algo:
     """PPO value clipping range (0 = off)."""
     vf_coef: float = 1.0
     """Value loss coefficient (the critic has its own optimizer; this scales its loss)."""
+    vf_epochs: int = 0
+    """Critic passes over each iteration's rollouts (0 = ppo_epochs); passes beyond ppo_epochs train the critic alone."""
+    critic_warmup: int = 0
+    """The first N iterations train the critic only (the policy, its optimizer and its schedule stay as they are)."""
     entropy_coef: float = 0.0
     """Entropy bonus coefficient."""
     kl_coef: float = 0.0
@@ -259,7 +273,8 @@ CHOICES = {
     "run.device": ["auto", "cpu", "cuda"], "run.dtype": ["auto", "float32", "bfloat16"],
     "model.arch": ["llama", "qwen2", "qwen3"],
     "env.context_policy": ["append", "window", "truncate"],
-    "algo.advantage": ["step_gae", "token_gae", "grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline"],
+    # the algorithm tables themselves (live: an entry added to a table is a valid choice)
+    "algo.advantage": ESTIMATORS, "algo.policy_loss": POLICY_LOSSES, "algo.normalize_reward": REWARD_NORM_MODES,
     "algo.reward_level": ["trajectory", "step"], "algo.ratio_level": ["token", "step"],
     "algo.loss_agg": ["token_mean", "seq_mean_token_sum", "seq_mean_token_mean", "step_mean"],
     "algo.kl_estimator": ["k1", "k2", "k3"], "train.stage": ["rl", "sft"], "train.schedule": ["constant", "cosine"],
@@ -276,7 +291,8 @@ BOUNDS = {
     "algo.gamma": (0.0, 1.0), "algo.lam": (0.0, 1.0), "algo.adv_clip": (0.0, None), "algo.clip_low": (0.0, 1.0),
     "algo.clip_high": (0.0, None), "algo.dual_clip": (0.0, None), "algo.tis_cap": (0.0, None),
     "algo.value_clip": (0.0, None), "algo.vf_coef": (0.0, None), "algo.kl_coef": (0.0, None),
-    "algo.ppo_epochs": (1, None), "algo.minibatches": (1, None),
+    "algo.ppo_epochs": (1, None), "algo.minibatches": (1, None), "algo.vf_epochs": (0, None),
+    "algo.critic_warmup": (0, None),
     "train.steps": (0, None), "train.lr": (0.0, None), "train.critic_lr": (0.0, None), "train.warmup": (0, None),
     "train.weight_decay": (0.0, None), "train.grad_clip": (0.0, None), "train.micro_tokens": (1, None),
     "train.sft_batch": (1, None), "train.sft_steps": (0, None), "train.sft_lr": (0.0, None),
@@ -385,7 +401,10 @@ def _coerce(key: str, value, tp, where: str, text: bool = False):
         if not isinstance(value, str):
             raise bad
         if key in CHOICES and value not in CHOICES[key]:
-            raise ConfigError(f"config key '{key}'{where} must be one of {', '.join(CHOICES[key])}; got {value!r:.80}")
+            close = difflib.get_close_matches(value, list(CHOICES[key]), n=3, cutoff=0.5)
+            hint = f" (closest: {', '.join(close)})" if close else ""
+            raise ConfigError(f"config key '{key}'{where} must be one of {', '.join(CHOICES[key])}; "
+                              f"got {value!r:.80}{hint}")
         return value
     raise bad
 
@@ -547,16 +566,40 @@ def validate(cfg: Config, origin: dict | None = None):
         raise ConfigError(f"config key {name('rollout.max_new_tokens')} must be below env.max_context "
                           f"({cfg.env.max_context}{origin.get('env.max_context', ', the default')}), which also "
                           f"holds the prompt; got {cfg.rollout.max_new_tokens}")
-    a = cfg.algo
-    if a.drop_uniform_groups and (a.advantage not in ("grpo", "rloo") or a.reward_level != "trajectory"
+    _validate_algo(cfg, name, fail)
+
+
+def _validate_algo(cfg: Config, name, fail):
+    """The algo.* rules, read from the estimator and loss tables: a key that the chosen estimator or loss
+    does not read, set away from its default, is refused (it would be ignored without a word)."""
+    a, default = cfg.algo, Algo()
+    estimator, loss = ESTIMATORS[a.advantage], POLICY_LOSSES[a.policy_loss]
+
+    def refuse_unread(keys, read, chosen):
+        for k in keys:
+            if k not in read and getattr(a, k) != getattr(default, k):
+                raise ConfigError(f"config key {name('algo.' + k)} does not apply to {chosen}; remove it or set "
+                                  f"it to its default {getattr(default, k)!r}, got {getattr(a, k)!r}")
+
+    chosen = f"algo.advantage={a.advantage}"
+    refuse_unread(sorted({k for e in ESTIMATORS.values() for k in e.keys}), estimator.keys, chosen)
+    refuse_unread(CRITIC_KEYS, CRITIC_KEYS if estimator.needs_critic else (), f"{chosen} (no critic)")
+    refuse_unread(sorted({k for p in POLICY_LOSSES.values() for k in p.keys}), loss.keys,
+                  f"algo.policy_loss={a.policy_loss}")
+    if "reward_level" in estimator.keys and a.reward_level == "trajectory" and a.gamma != default.gamma:
+        raise ConfigError(f"config key {name('algo.gamma')} discounts step rewards: it needs algo.reward_level=step "
+                          f"with {chosen} (a trajectory's score is its undiscounted total), got {a.gamma!r}")
+    if a.policy_loss == "ppo" and a.clip_low >= 1:
+        fail("algo.clip_low", "< 1 for algo.policy_loss=ppo (1 - clip_low bounds the ratio)")
+    if a.drop_uniform_groups and (not estimator.zero_on_uniform_groups or a.reward_level != "trajectory"
                                   or a.whiten or (a.kl_in_reward and a.kl_coef > 0)):
         # only there is a uniform group's advantage exactly 0 and the others' independent of it
         raise ConfigError(f"config key {name('algo.drop_uniform_groups')} needs a group baseline on trajectory "
                           f"rewards alone (algo.advantage grpo or rloo, reward_level trajectory, whiten false, no "
                           f"KL in the reward), got advantage={a.advantage} reward_level={a.reward_level} "
                           f"whiten={a.whiten} kl_in_reward={a.kl_in_reward} kl_coef={a.kl_coef}")
-    if cfg.train.stage == "rl" and cfg.algo.advantage in ("grpo", "rloo") and cfg.rollout.n < 2:
-        raise ConfigError(f"config key {name('rollout.n')} must be >= 2 for algo.advantage={cfg.algo.advantage} "
+    if cfg.train.stage == "rl" and estimator.group_baseline and cfg.rollout.n < 2:
+        raise ConfigError(f"config key {name('rollout.n')} must be >= 2 for {chosen} "
                           f"(a group of one has no baseline), got {cfg.rollout.n}")
 
 

@@ -3,32 +3,16 @@
 The same AgentEnvLoop and generator as training, greedy (temperature 0)
 for accuracy and, with eval.n > 1, n samples at eval.temperature for
 pass@k (unbiased estimator of Chen et al. 2021). Used by eval.py and by
-the trainer every `eval.every` iterations.
+the trainer every `eval.every` iterations. The summary rule lives in r1/rollout_stats.py,
+which the trainer imports too (this module never imports the trainer).
 """
 import json
 import math
 import os
 
 from r1.generate import Sampling
+from r1.rollout_stats import summarize, traj_stats
 from r1.trajectory import save as save_trajs
-
-
-def summarize(stats: list) -> dict:
-    """Per-trajectory stats (see trainer._traj_stats) -> batch metrics."""
-    n = len(stats)
-    if n == 0:
-        return {"n": 0}
-    mean = lambda k: sum(s[k] for s in stats) / n  # noqa: E731
-    rewards = [s["reward"] for s in stats]
-    mu = sum(rewards) / n
-    turns = sum(s["turns"] for s in stats)
-    out = {"n": n, "reward_mean": mu, "reward_std": math.sqrt(sum((r - mu) ** 2 for r in rewards) / n),
-           "accuracy": mean("correct"), "mean_turns": mean("turns"), "mean_tool_calls": mean("tool_calls"),
-           "malformed_rate": sum(s["malformed_steps"] for s in stats) / max(turns, 1),
-           "mean_response_len": mean("response_len")}
-    for reason in sorted({s["termination"] for s in stats}):
-        out[f"term_{reason}"] = sum(s["termination"] == reason for s in stats) / n
-    return out
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -40,7 +24,6 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 def evaluate(trainer, rows, cfg, out_dir=None) -> dict:
     """Run greedy (and pass@k sampling) on rows with the trainer's generator and loop."""
     from r1 import distributed
-    from r1.trainer import _traj_stats
 
     d = trainer.d
     e = cfg.eval
@@ -51,14 +34,14 @@ def evaluate(trainer, rows, cfg, out_dir=None) -> dict:
     trainer.gen.set_sampling(Sampling(temperature=0.0, seed=cfg.run.seed))
     groups = range(d.rank, len(rows), d.world)  # global row indices: results independent of the rank split
     greedy = trainer.loop.run(mine, 1, uid_prefix="eval-", groups=groups)
-    stats = [s for part in distributed.gather_objects([_traj_stats(t) for t in greedy], d) for s in part]
+    stats = [s for part in distributed.gather_objects([traj_stats(t) for t in greedy], d) for s in part]
     res = summarize(stats)
     if e.n > 1:
         trainer.gen.set_sampling(Sampling(temperature=e.temperature, seed=cfg.run.seed + 1))
         sampled = trainer.loop.run(mine, e.n, uid_prefix="evalk-", groups=groups)
         correct = {}
         for t in sampled:
-            correct[t.group] = correct.get(t.group, 0) + _traj_stats(t)["correct"]
+            correct[t.group] = correct.get(t.group, 0) + traj_stats(t)["correct"]
         per = [c for part in distributed.gather_objects(list(correct.values()), d) for c in part]
         for k in sorted({1, e.n} | ({5} if e.n >= 5 else set())):
             res[f"pass@{k}"] = sum(pass_at_k(e.n, int(c), k) for c in per) / max(len(per), 1)

@@ -109,3 +109,30 @@ def filler(pad_id: int, device) -> MicroBatch:
     t = lambda x, dt=torch.long: torch.tensor(x, dtype=dt, device=device)  # noqa: E731
     return MicroBatch(t([pad_id, pad_id]), t([0, 1]), t([0, 2], torch.int32), 2, t([0]), t([pad_id]),
                       t([0.0], torch.float32), t([0]), t([0]), t([0]), t([0]), 2)
+
+
+@dataclass
+class Plan:
+    """One rank's iteration laid out for the update: mini-batches of whole trajectories, each a list of
+    packed micro-batches (at most `micro_tokens` tokens, a longer sequence alone)."""
+    minibatches: list  # [[MicroBatch]]
+    num_trajs: int  # B: trajectory ids (tok_traj) are 0..B-1
+    num_steps: int  # K: global step ids (tok_step, step_index) are 0..K-1
+
+    @property
+    def micro_batches(self) -> list:
+        """Every micro-batch, mini-batch by mini-batch: the order of the flat per-token tensors."""
+        return [mb for mini in self.minibatches for mb in mini]
+
+
+def plan(trajs, minibatches: int, micro_tokens: int, device) -> Plan:
+    """Deal trajectories round-robin to `minibatches` mini-batches, then split each into micro-batches."""
+    order, seqs = step_order(trajs), sequences(trajs)
+    by_traj = {}
+    for s in seqs:
+        by_traj.setdefault(s.traj, []).append(s)
+    traj_ids = sorted(by_traj)
+    minis = [traj_ids[i::minibatches] for i in range(minibatches)]
+    return Plan([[collate(group, trajs, order, device)
+                  for group in split_by_tokens([s for ti in mini for s in by_traj[ti]], micro_tokens)]
+                 for mini in minis], len(trajs), len(order))

@@ -19,23 +19,31 @@ One iteration:
 Prompts are dealt to ranks whole: the n samples of a prompt (a group) are
 generated and scored on one rank.
 """
+from __future__ import annotations
+
 import math
 import os
 import time
 import warnings
+from dataclasses import dataclass
 
 import torch
 
 from r1 import checkpoint, distributed
-from r1.algos.losses import aggregate, entropy_bonus, kl_penalty, ppo_policy_loss, value_loss
+from r1 import packing
+from r1.algos.estimators import ESTIMATORS
+from r1.algos.losses import aggregate, entropy_bonus, kl_penalty, value_loss
+from r1.algos.policy_losses import POLICY_LOSSES, PolicyInputs
+from r1.algos.reward_norm import normalize_rewards, reward_moments
 from r1.config import Config, save as save_config
-from r1.credit import compute as compute_credit, informative_groups
+from r1.credit import Credit, CreditInputs, compute as compute_credit, informative_groups
 from r1.tasks.registry import make_env
 from r1.generate import Generator, Sampling
 from r1.logger import Logger
 from r1.model import Transformer, tiny_config
-from r1.packing import collate, filler, sequences, split_by_tokens, step_order
+from r1.packing import Plan, filler
 from r1.rollout import AgentEnvLoop
+from r1.rollout_stats import summarize, traj_stats
 from r1.tasks.data import epoch_order, load_rows
 from r1.tokenizer import load_tokenizer
 from r1.trajectory import iter_path, save as save_trajs
@@ -123,7 +131,8 @@ class Trainer:
         self.tok = run_tokenizer(cfg)
         self.policy = build_model(cfg.model.path, cfg, self.tok, self.device, seed=cfg.run.seed)
         self.model_cfg = self.policy.cfg
-        self.need_critic = a.advantage in ("step_gae", "token_gae")
+        self.need_critic = ESTIMATORS[a.advantage].needs_critic
+        self.reward_moments = torch.zeros(3, dtype=torch.float64)  # running (count, sum, sum sq): normalize_reward
         self.need_ref = a.kl_coef > 0
         self.critic = self.ref = None
         if self.need_critic:
@@ -171,6 +180,7 @@ class Trainer:
         if cfg.run.resume and checkpoint.latest(cfg.run.dir):
             extra = checkpoint.load(checkpoint.latest(cfg.run.dir), self.models, self.optims, self.scheds, self.d)
             self.start = int(extra["iteration"])
+            self.reward_moments = torch.tensor(extra.get("reward_moments", [0.0, 0.0, 0.0]), dtype=torch.float64)
         self.logger = Logger(cfg.run.dir, self.d.main, cfg.log.tensorboard, cfg.log.progress, cfg.train.steps, self.start)
 
     # -- data ----------------------------------------------------------------
@@ -206,89 +216,56 @@ class Trainer:
         return torch.autocast("cuda", dtype=torch.bfloat16, enabled=on)
 
     @torch.no_grad()
-    def score(self, mbs, n_fill: int = 0):
-        """Old logprobs, reference logprobs and values per micro-batch; then `n_fill` filler forwards."""
-        T = self.cfg.rollout.temperature or 1.0
+    def score(self, micro_batches: list, num_fillers: int = 0) -> list:
+        """Step 2: per micro-batch, the policy's old logprobs, the reference's logprobs and the critic's
+        values, from one packed forward each; then `num_fillers` filler forwards (FSDP: see packing.filler)."""
+        temperature = self.cfg.rollout.temperature or 1.0
         out = []
-        for k, mb in enumerate(mbs + [filler(self.tok.pad_id, self.device)] * n_fill):
+        for k, mb in enumerate(micro_batches + [filler(self.tok.pad_id, self.device)] * num_fillers):
             args = (mb.input_ids, mb.position_ids, mb.cu_seqlens, mb.max_seqlen)
             with self.autocast():
-                old, _ = self.policy(*args, sel=mb.sel, targets=mb.targets, temperature=T)
-                ref = self.ref(*args, sel=mb.sel, targets=mb.targets, temperature=T)[0] if self.ref is not None else None
-                tv = sv = None
+                old, _ = self.policy(*args, sel=mb.sel, targets=mb.targets, temperature=temperature)
+                ref = None
+                if self.ref is not None:
+                    ref = self.ref(*args, sel=mb.sel, targets=mb.targets, temperature=temperature)[0]
+                tok_values = step_values = None
                 if self.critic is not None:
-                    v = self.critic(*args).float()
-                    tv, sv = v[mb.sel], v[mb.step_pos]
-            if k < len(mbs):
-                out.append({"old": old.float(), "ref": None if ref is None else ref.float(), "tok_value": tv,
-                            "step_value": sv})
+                    values = self.critic(*args).float()
+                    tok_values, step_values = values[mb.sel], values[mb.step_pos]
+            if k < len(micro_batches):
+                out.append(Scores(old.float(), None if ref is None else ref.float(), tok_values, step_values))
         return out
 
     def iteration(self, it: int) -> dict:
-        cfg, a = self.cfg, self.cfg.algo
+        """Steps 1-5 of the module docstring for iteration `it`; returns its metrics."""
+        cfg, algo = self.cfg, self.cfg.algo
         t0 = time.time()
         played = self.rollout(it)
         t_roll = time.time() - t0
-        trajs = played  # the ones the update uses
-        if a.drop_uniform_groups:
-            keep = informative_groups([t.group for t in played], [t.total_reward for t in played])
-            trajs = [t for t, k in zip(played, keep) if k]
-        order, seqs = step_order(trajs), sequences(trajs)
-        steps = [(ti, si, s) for ti, t in enumerate(trajs) for si, s in enumerate(t.steps)]
-        K = len(steps)
-        # mini-batches of whole trajectories, micro-batches by tokens
-        by_traj = {}
-        for s in seqs:
-            by_traj.setdefault(s.traj, []).append(s)
-        traj_ids = sorted(by_traj)
-        minis = [traj_ids[i::a.minibatches] for i in range(a.minibatches)]
-        plan = [[collate(g, trajs, order, self.device)
-                 for g in split_by_tokens([s for ti in mini for s in by_traj[ti]], cfg.train.micro_tokens)]
-                for mini in minis]
-        # FSDP: every rank runs as many micro-batches per mini-batch as the busiest rank (fillers)
-        fill = [int(distributed.all_max(len(mini), self.d)) - len(mini) for mini in plan]
+        trajs = self.trained_trajectories(played)
         t1 = time.time()
-        flat = [mb for mini in plan for mb in mini]
-        scores = self.score(flat, sum(fill))
-        # global per-token / per-step tensors (CPU, float64 math in credit.py)
-        cat = lambda key: torch.cat([s[key].cpu() for s in scores]) if scores and scores[0][key] is not None else None  # noqa: E731
-        tok_step = torch.cat([mb.tok_step.cpu() for mb in flat]) if flat else torch.zeros(0, dtype=torch.long)
-        tok_traj = torch.cat([mb.tok_traj.cpu() for mb in flat]) if flat else torch.zeros(0, dtype=torch.long)
-        mask = torch.cat([mb.mask.cpu() for mb in flat]) if flat else torch.zeros(0)
-        sampler = torch.tensor([lp for _, _, s in steps for lp in s.logprobs], dtype=torch.float32)
-        sampler = sampler[_token_order(steps, tok_step)] if K else sampler
-        step_value = torch.zeros(K)
-        if self.critic is not None and flat:
-            step_value[torch.cat([mb.step_index.cpu() for mb in flat])] = cat("step_value").float()
-        credit = compute_credit(
-            a, len(trajs), [t.group for t in trajs], torch.tensor([s.reward for _, _, s in steps], dtype=torch.float64),
-            torch.tensor([ti for ti, _, _ in steps], dtype=torch.long), torch.tensor([si for _, si, _ in steps], dtype=torch.long),
-            step_value, tok_step, tok_traj, mask, cat("old") if flat else torch.zeros(0), cat("ref"),
-            cat("tok_value") if self.critic is not None and flat else None,
-        ) if K else None
+        plan = packing.plan(trajs, algo.minibatches, cfg.train.micro_tokens, self.device)
+        # FSDP: every rank runs as many micro-batches per mini-batch as the busiest rank (fillers)
+        fillers = [int(distributed.all_max(len(mini), self.d)) - len(mini) for mini in plan.minibatches]
+        scores = self.score(plan.micro_batches, sum(fillers))
+        batch = self.credit_inputs(trajs, plan, scores)
+        credit = compute_credit(batch, algo)
+        sampler_logp = sampler_logprobs(trajs, batch.tok_step)
         t_score = time.time() - t1
         metrics = self.rollout_metrics(played)
-        if a.drop_uniform_groups:
+        if algo.drop_uniform_groups:
             kept = distributed.all_sum(torch.tensor([float(len(trajs)), float(len(played))]), self.d)
             metrics["trained_frac"] = float(kept[0] / kept[1].clamp(min=1))
-        # sampler-trainer gap and KL over the global batch (every rank joins the reductions)
-        gap = (cat("old") - sampler).abs()[mask.bool()] if K else torch.zeros(0)
-        g = distributed.all_sum(torch.tensor([float(gap.sum()), gap.numel()]), self.d)
-        metrics.update(logprob_gap_mean=float(g[0] / g[1].clamp(min=1)),
-                       logprob_gap_max=distributed.all_max(float(gap.max()) if gap.numel() else 0.0, self.d))
-        if self.ref is not None:
-            kl = distributed.all_sum(torch.tensor([float(credit["kl"].sum()) if K else 0.0, float(mask.sum())]), self.d)
-            metrics["kl_ref"] = float(kl[0] / kl[1].clamp(min=1))
+        metrics.update(self.score_metrics(batch, credit, sampler_logp))
         t2 = time.time()
-        upd = self.update(plan, fill, flat, scores, credit, sampler)
-        metrics.update(upd)
+        metrics.update(self.update(plan, fillers, scores, credit, sampler_logp, it))
         t_train = time.time() - t2
         n_roll = sum(len(s.response_ids) for t in played for s in t.steps)
-        n_train = sum(mb.num_tokens for mb in flat)
+        n_train = sum(mb.num_tokens for mb in plan.micro_batches)
         metrics.update(
             time_rollout=t_roll, time_score=t_score, time_train=t_train, lr=self.sched.get_last_lr()[0],
             rollout_tok_s=float(distributed.all_sum(n_roll, self.d)) / max(t_roll, 1e-9),
-            train_tok_s=float(distributed.all_sum(n_train, self.d)) * a.ppo_epochs / max(t_train, 1e-9),
+            train_tok_s=float(distributed.all_sum(n_train, self.d)) * algo.ppo_epochs / max(t_train, 1e-9),
         )
         if self.device.type == "cuda":
             metrics["peak_mem_gb"] = torch.cuda.max_memory_allocated() / 2**30
@@ -299,129 +276,226 @@ class Trainer:
                 save_trajs([t for ts in all_trajs for t in ts], iter_path(cfg.run.dir, it + 1))
         return metrics
 
-    def rollout_metrics(self, trajs) -> dict:
-        from r1.evaluate import summarize
+    def trained_trajectories(self, played: list) -> list:
+        """The episodes the update uses: all, or (algo.drop_uniform_groups) those of informative groups."""
+        if not self.cfg.algo.drop_uniform_groups:
+            return played
+        keep = informative_groups([t.group for t in played], [t.total_reward for t in played])
+        return [t for t, k in zip(played, keep) if k]
 
-        rows = distributed.gather_objects([_traj_stats(t) for t in trajs], self.d)
+    def all_sum_cpu(self, x: torch.Tensor) -> torch.Tensor:
+        """Sum a float64 tensor over ranks (identity at world 1), back on the CPU for the credit math."""
+        return distributed.all_sum(x, self.d).cpu()
+
+    def credit_inputs(self, trajs: list, plan: Plan, scores: list) -> CreditInputs:
+        """Step 3's inputs: this rank's steps and scored tokens, flat and on the CPU (float64 math)."""
+        mbs = plan.micro_batches
+        steps = [(ti, si, s) for ti, t in enumerate(trajs) for si, s in enumerate(t.steps)]
+        step_reward = torch.tensor([s.reward for _, _, s in steps], dtype=torch.float64)
+        step_value = tok_value = None
+        if self.critic is not None:
+            step_value = torch.zeros(len(steps))
+            if mbs:
+                step_value[_cat([mb.step_index for mb in mbs])] = _cat([s.step_values for s in scores]).float()
+            tok_value = _cat([s.tok_values for s in scores], torch.float32)
+        return CreditInputs(
+            groups=[t.group for t in trajs], step_reward=self.normalized_rewards(step_reward),
+            step_traj=torch.tensor([ti for ti, _, _ in steps], dtype=torch.long),
+            step_index=torch.tensor([si for _, si, _ in steps], dtype=torch.long),
+            tok_step=_cat([mb.tok_step for mb in mbs]), tok_traj=_cat([mb.tok_traj for mb in mbs]),
+            mask=_cat([mb.mask for mb in mbs], torch.float32),
+            old_logp=_cat([s.old_logp for s in scores], torch.float32),
+            ref_logp=_cat([s.ref_logp for s in scores], torch.float32) if self.ref is not None else None,
+            step_value=step_value, tok_value=tok_value, all_sum=self.all_sum_cpu)
+
+    def normalized_rewards(self, step_reward: torch.Tensor) -> torch.Tensor:
+        """algo.normalize_reward: add this iteration's global reward moments to the running ones, then
+        normalise (every rank joins the sum, also one with no steps)."""
+        mode = self.cfg.algo.normalize_reward
+        if mode == "off":
+            return step_reward
+        self.reward_moments += self.all_sum_cpu(reward_moments(step_reward))
+        return normalize_rewards(step_reward, self.reward_moments, mode)
+
+    def score_metrics(self, batch: CreditInputs, credit: Credit, sampler_logp: torch.Tensor) -> dict:
+        """Sampler-trainer logprob gap and KL to the reference over the global batch (every rank joins)."""
+        gap = (batch.old_logp - sampler_logp).abs()[batch.mask.bool()]
+        g = distributed.all_sum(torch.tensor([float(gap.sum()), gap.numel()]), self.d)
+        out = {"logprob_gap_mean": float(g[0] / g[1].clamp(min=1)),
+               "logprob_gap_max": distributed.all_max(float(gap.max()) if gap.numel() else 0.0, self.d)}
+        if self.ref is not None:
+            kl = distributed.all_sum(torch.tensor([float(credit.kl.sum()), float(batch.mask.sum())]), self.d)
+            out["kl_ref"] = float(kl[0] / kl[1].clamp(min=1))
+        return out
+
+    def rollout_metrics(self, trajs) -> dict:
+        rows = distributed.gather_objects([traj_stats(t) for t in trajs], self.d)
         return summarize([r for rs in rows for r in rs])
 
-    def update(self, plan, fill, flat, scores, credit, sampler) -> dict:
-        """PPO epochs over the mini-batches; returns metrics averaged over tokens / optimizer steps and ranks.
-
-        A non-finite loss does not stop the backward passes: under FSDP every
-        rank must run the same collectives; the optimizer step is skipped.
-        """
-        cfg, a = self.cfg, self.cfg.algo
-        T = cfg.rollout.temperature or 1.0
-        # split global tensors back per micro-batch
-        sizes = [mb.sel.numel() for mb in flat]
-        adv = list(torch.split(credit["adv"], sizes)) if flat else []
-        samp = list(torch.split(sampler, sizes)) if flat else []
-        target = credit["value_target"] if flat else None
-        step_target = a.advantage == "step_gae"
-        agg = a.loss_agg
-        seg_key = "tok_step" if (agg == "step_mean" or a.ratio_level == "step") else "tok_traj"
+    def update(self, plan: Plan, fillers: list, scores: list, credit: Credit, sampler_logp, it: int) -> dict:
+        """Step 4: `ppo_epochs` policy passes and `vf_epochs` critic passes (critic alone during
+        `critic_warmup`) over the mini-batches; returns metrics averaged over tokens / optimizer steps
+        and ranks. Every rank runs the same passes, mini-batches and (with fillers) micro-batches."""
+        algo = self.cfg.algo
+        policy_epochs = 0 if self.critic is not None and it < algo.critic_warmup else algo.ppo_epochs
+        critic_epochs = (algo.vf_epochs or algo.ppo_epochs) if self.critic is not None else 0
+        work = self.micro_batch_work(plan, scores, credit, sampler_logp)
         stats, skipped = {}, 0
-        mb_index = {id(mb): i for i, mb in enumerate(flat)}
-        dev = self.device
-        for epoch in range(a.ppo_epochs):
-            for mini, n_fill in zip(plan, fill):
-                mask_sum = sum(float(mb.mask.sum()) for mb in mini)
-                segs = set()
-                for mb in mini:
-                    ids = getattr(mb, seg_key)[mb.mask > 0].tolist()
-                    segs.update(ids)
-                count = mask_sum if agg == "token_mean" else float(len(segs))
-                norm = float(distributed.all_sum(count, self.d)) / self.d.world
-                vcount = sum(mb.step_index.numel() for mb in mini) if step_target else mask_sum
-                vnorm = float(distributed.all_sum(vcount, self.d)) / self.d.world
-                if norm <= 0:
-                    continue
-                self.opt.zero_grad(set_to_none=True)
-                if self.critic is not None:
-                    self.copt.zero_grad(set_to_none=True)
-                ok, mstats, pg_sum, vl_sum = True, {}, 0.0, 0.0
-                for mb in mini:
-                    i = mb_index[id(mb)]
-                    sc = scores[i]
-                    seg = getattr(mb, seg_key)
-                    with self.autocast():
-                        logp, ent = self.policy(mb.input_ids, mb.position_ids, mb.cu_seqlens, mb.max_seqlen,
-                                                sel=mb.sel, targets=mb.targets, temperature=T)
-                    logp, ent = logp.float(), ent.float()
-                    loss, m = ppo_policy_loss(
-                        logp, sc["old"], adv[i].to(dev), mb.mask, clip_low=a.clip_low, clip_high=a.clip_high,
-                        dual_clip=a.dual_clip or None, log_ratio_clamp=a.log_ratio_clamp,
-                        sampler_logp=samp[i].to(dev), tis_cap=a.tis_cap or None,
-                        ratio_level="token" if a.ratio_level == "token" else "step", seg_ids=seg, agg=agg, norm=norm)
-                    if a.entropy_coef:
-                        loss = loss - a.entropy_coef * entropy_bonus(ent, mb.mask, seg, agg, norm)
-                    if self.ref is not None and a.kl_coef and not a.kl_in_reward:
-                        kl_tok = kl_penalty(logp, sc["ref"], a.kl_estimator)
-                        loss = loss + a.kl_coef * aggregate(kl_tok, mb.mask, seg, agg, norm=norm)
-                    m["entropy"] = (ent * mb.mask).sum() / mb.mask.sum().clamp(min=1)
-                    ok = ok and bool(torch.isfinite(loss))
-                    loss.backward()
-                    _accumulate(mstats, m, mb.mask.sum().detach())
-                    pg_sum += float(loss.detach())
-                    if self.critic is not None:
-                        with self.autocast():
-                            v = self.critic(mb.input_ids, mb.position_ids, mb.cu_seqlens, mb.max_seqlen).float()
-                        if step_target:
-                            vpred, vold, vmask = v[mb.step_pos], sc["step_value"], torch.ones(mb.step_pos.numel(), device=dev)
-                            vtgt = target[1][mb.step_index.cpu()].to(dev)
-                        else:
-                            vpred, vold, vmask = v[mb.sel], sc["tok_value"], mb.mask
-                            vtgt = target[1][_slice(sizes, i)].to(dev)
-                        vl, vm = value_loss(vpred, vold, vtgt, vmask, clip=a.value_clip or None, norm=vnorm)
-                        vl = a.vf_coef * vl
-                        ok = ok and bool(torch.isfinite(vl))
-                        vl.backward()
-                        vl_sum += float(vl.detach())
-                        vm.pop("explained_variance")  # a ratio per micro-batch: computed over the iteration below
-                        _accumulate(mstats, vm, vmask.sum())
-                        _accumulate(mstats, _value_moments(vpred, vtgt, vmask), vmask.sum())
-                for _ in range(n_fill):
-                    self.filler_backward(T)
-                # each rank's loss is world x its share of the global loss (FSDP averages gradients), so the
-                # mean over ranks of these sums, which _reduce_stats takes, is the global mini-batch loss
-                _accumulate(mstats, {"pg_loss": pg_sum}, 1.0)
-                if self.critic is not None:
-                    _accumulate(mstats, {"value_loss": vl_sum}, 1.0)
-                if self.optimizer_step(ok, mstats):
-                    for k, (tot, cnt) in mstats.items():
-                        t0, c0 = stats.get(k, (0.0, 0.0))
-                        stats[k] = (t0 + tot, c0 + cnt)
-                else:
+        for epoch in range(max(policy_epochs, critic_epochs)):
+            for mini, n_fill in zip(work, fillers):
+                step_stats = self.train_minibatch(mini, n_fill, plan, epoch < policy_epochs, epoch < critic_epochs)
+                if step_stats is None:
                     skipped += 1
+                for k, (tot, cnt) in (step_stats or {}).items():
+                    t0, c0 = stats.get(k, (0.0, 0.0))
+                    stats[k] = (t0 + tot, c0 + cnt)
         out = _reduce_stats(stats, self.d)
         if "ev_t" in out:
             out["explained_variance"] = _explained_variance(*(out.pop(k) for k in ("ev_t", "ev_t2", "ev_r", "ev_r2")))
         out["skipped_updates"] = float(skipped)
         return out
 
-    def filler_backward(self, T: float):
-        """The forward/backward passes of a micro-batch that contributes zero gradient (see packing.filler)."""
+    def micro_batch_work(self, plan: Plan, scores: list, credit: Credit, sampler_logp) -> list:
+        """Per mini-batch, (micro-batch, its Scores, its Targets): the flat per-token results split back."""
+        sizes = [mb.sel.numel() for mb in plan.micro_batches]
+        advantages = torch.split(credit.advantages, sizes)
+        sampler = torch.split(sampler_logp, sizes)
+        token_targets = torch.split(credit.value_target, sizes) if credit.value_level == "token" else None
+        work, i = [], 0
+        for mini in plan.minibatches:
+            work.append([])
+            for mb in mini:
+                value_target = None
+                if credit.value_level == "step":
+                    value_target = credit.value_target[mb.step_index.cpu()].to(self.device)
+                elif credit.value_level == "token":
+                    value_target = token_targets[i].to(self.device)
+                work[-1].append((mb, scores[i], Targets(advantages[i].to(self.device), sampler[i].to(self.device),
+                                                        value_target)))
+                i += 1
+        return work
+
+    def minibatch_norms(self, mini: list, plan: Plan) -> Norms:
+        """The denominators of one mini-batch's losses, counted over all its micro-batches and ranks
+        (world x this rank's share: FSDP averages gradients), and the token count of every aggregation
+        segment over the whole mini-batch (a trajectory's steps may sit in several micro-batches)."""
+        algo = self.cfg.algo
+        by_step = algo.loss_agg == "step_mean"
+        seg_sizes = torch.zeros(plan.num_steps if by_step else plan.num_trajs, device=self.device)
+        for mb, _, _ in mini:
+            seg = mb.tok_step if by_step else mb.tok_traj
+            seg_sizes += torch.bincount(seg[mb.mask > 0], minlength=seg_sizes.numel()).to(seg_sizes.dtype)
+        mask_sum = sum(float(mb.mask.sum()) for mb, _, _ in mini)
+        count = mask_sum if algo.loss_agg == "token_mean" else float((seg_sizes > 0).sum())
+        policy = float(distributed.all_sum(count, self.d)) / self.d.world
+        step_target = ESTIMATORS[algo.advantage].target == "step"
+        critic_count = sum(mb.step_index.numel() for mb, _, _ in mini) if step_target else mask_sum
+        critic = float(distributed.all_sum(critic_count, self.d)) / self.d.world
+        return Norms(policy, critic, seg_sizes)
+
+    def train_minibatch(self, mini: list, n_fill: int, plan: Plan, train_policy: bool, train_critic: bool):
+        """Forward/backward every micro-batch, then one optimizer step; returns its stats, or None when the
+        step was skipped (non-finite loss or gradient on some rank) or there was nothing to train on.
+
+        A non-finite loss does not stop the backward passes: under FSDP every
+        rank must run the same collectives; the optimizer step is skipped.
+        """
+        norms = self.minibatch_norms(mini, plan)
+        if norms.policy <= 0:
+            return {}
+        self.opt.zero_grad(set_to_none=True)
+        if self.critic is not None:
+            self.copt.zero_grad(set_to_none=True)
+        ok, stats, pg_sum, vl_sum = True, {}, 0.0, 0.0
+        for mb, mb_scores, targets in mini:
+            if train_policy:
+                loss, metrics = self.policy_objective(mb, mb_scores, targets, norms)
+                ok = ok and bool(torch.isfinite(loss))
+                loss.backward()
+                _accumulate(stats, metrics, mb.mask.sum().detach())
+                pg_sum += float(loss.detach())
+            if train_critic:
+                loss, metrics, weight = self.critic_objective(mb, mb_scores, targets, norms.critic)
+                ok = ok and bool(torch.isfinite(loss))
+                loss.backward()
+                vl_sum += float(loss.detach())
+                _accumulate(stats, metrics, weight)
+        for _ in range(n_fill):
+            self.filler_backward(self.cfg.rollout.temperature or 1.0, train_policy, train_critic)
+        # each rank's loss is world x its share of the global loss (FSDP averages gradients), so the
+        # mean over ranks of these sums, which _reduce_stats takes, is the global mini-batch loss
+        if train_policy:
+            _accumulate(stats, {"pg_loss": pg_sum}, 1.0)
+        if train_critic:
+            _accumulate(stats, {"value_loss": vl_sum}, 1.0)
+        return stats if self.optimizer_step(ok, stats, train_policy, train_critic) else None
+
+    def policy_objective(self, mb, mb_scores: Scores, targets: Targets, norms: Norms):
+        """The policy loss of one micro-batch (the algo.policy_loss entry), minus the entropy bonus, plus the
+        KL loss term; all aggregated the same way (algo.loss_agg) over the mini-batch's counts."""
+        algo = self.cfg.algo
+        with self.autocast():
+            logp, entropy = self.policy(mb.input_ids, mb.position_ids, mb.cu_seqlens, mb.max_seqlen, sel=mb.sel,
+                                        targets=mb.targets, temperature=self.cfg.rollout.temperature or 1.0)
+        logp, entropy = logp.float(), entropy.float()
+        agg_seg = mb.tok_step if algo.loss_agg == "step_mean" else mb.tok_traj
+        inputs = PolicyInputs(logp, mb_scores.old_logp, targets.advantages, mb.mask, targets.sampler_logp,
+                              ratio_seg=mb.tok_step, agg_seg=agg_seg, seg_sizes=norms.seg_sizes)
+        loss, metrics = POLICY_LOSSES[algo.policy_loss].fn(inputs, algo, norms.policy)
+        if algo.entropy_coef:
+            loss = loss - algo.entropy_coef * entropy_bonus(entropy, mb.mask, agg_seg, algo.loss_agg, norms.policy,
+                                                            seg_sizes=norms.seg_sizes)
+        if self.ref is not None and algo.kl_coef and not algo.kl_in_reward:
+            kl_tok = kl_penalty(logp, mb_scores.ref_logp, algo.kl_estimator)
+            loss = loss + algo.kl_coef * aggregate(kl_tok, mb.mask, agg_seg, algo.loss_agg, norm=norms.policy,
+                                                   seg_sizes=norms.seg_sizes)
+        metrics["entropy"] = (entropy * mb.mask).sum() / mb.mask.sum().clamp(min=1)
+        return loss, metrics
+
+    def critic_objective(self, mb, mb_scores: Scores, targets: Targets, norm: float):
+        """vf_coef x the value loss of one micro-batch at the estimator's target level (a value per step at
+        its last prompt token, or per sampled token); returns (loss, metrics, their weight)."""
+        algo = self.cfg.algo
+        with self.autocast():
+            values = self.critic(mb.input_ids, mb.position_ids, mb.cu_seqlens, mb.max_seqlen).float()
+        if ESTIMATORS[algo.advantage].target == "step":
+            pred, old = values[mb.step_pos], mb_scores.step_values
+            mask = torch.ones(mb.step_pos.numel(), device=self.device)
+        else:
+            pred, old, mask = values[mb.sel], mb_scores.tok_values, mb.mask
+        loss, metrics = value_loss(pred, old, targets.value_target, mask, clip=algo.value_clip or None, norm=norm)
+        metrics.pop("explained_variance")  # a ratio per micro-batch: computed over the iteration (update)
+        metrics.update(_value_moments(pred, targets.value_target, mask))
+        return algo.vf_coef * loss, metrics, mask.sum()
+
+    def filler_backward(self, temperature: float, policy: bool = True, critic: bool = True):
+        """The forward/backward passes of a micro-batch that contributes zero gradient (see packing.filler),
+        for the models this optimizer step trains."""
         mb = filler(self.tok.pad_id, self.device)
         args = (mb.input_ids, mb.position_ids, mb.cu_seqlens, mb.max_seqlen)
-        with self.autocast():
-            logp, ent = self.policy(*args, sel=mb.sel, targets=mb.targets, temperature=T)
-        ((logp.float().sum() + ent.float().sum()) * 0.0).backward()
-        if self.critic is not None:
+        if policy:
+            with self.autocast():
+                logp, ent = self.policy(*args, sel=mb.sel, targets=mb.targets, temperature=temperature)
+            ((logp.float().sum() + ent.float().sum()) * 0.0).backward()
+        if critic and self.critic is not None:
             with self.autocast():
                 v = self.critic(*args)
             (v.float().sum() * 0.0).backward()
 
-    def optimizer_step(self, ok: bool, stats: dict) -> bool:
-        """Clip, check finiteness, step; a non-finite loss or gradient (on any rank) skips the update entirely:
-        parameters, optimizer moments and the learning-rate schedule stay as they were."""
-        gn = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.train.grad_clip or float("inf"))
-        gn = gn.full_tensor() if hasattr(gn, "full_tensor") else gn
-        cgn = None
-        if self.critic is not None:
-            cgn = torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.cfg.train.grad_clip or float("inf"))
+    def optimizer_step(self, ok: bool, stats: dict, policy: bool = True, critic: bool = True) -> bool:
+        """Clip, check finiteness, step the models this mini-batch trained; a non-finite loss or gradient
+        (on any rank) skips the update entirely: parameters, optimizer moments and the learning-rate
+        schedule stay as they were."""
+        clip = self.cfg.train.grad_clip or float("inf")
+        critic = critic and self.critic is not None
+        gn = cgn = None
+        if policy:
+            gn = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), clip)
+            gn = gn.full_tensor() if hasattr(gn, "full_tensor") else gn
+        if critic:
+            cgn = torch.nn.utils.clip_grad_norm_(self.critic.parameters(), clip)
             cgn = cgn.full_tensor() if hasattr(cgn, "full_tensor") else cgn
-        finite = ok and bool(torch.isfinite(gn)) and (cgn is None or bool(torch.isfinite(cgn)))
+        finite = ok and all(bool(torch.isfinite(n)) for n in (gn, cgn) if n is not None)
         finite = float(distributed.all_sum(0.0 if finite else 1.0, self.d)) == 0.0
         if not finite:
             warnings.warn("non-finite loss or gradient: update skipped (parameters and optimizer state unchanged)")
@@ -429,13 +503,15 @@ class Trainer:
             if self.critic is not None:
                 self.copt.zero_grad(set_to_none=True)
             return False
-        self.opt.step()
-        self.sched.step()
-        if self.critic is not None:
+        if policy:
+            self.opt.step()
+            self.sched.step()
+        if critic:
             self.copt.step()
             self.csched.step()
             _accumulate(stats, {"critic_grad_norm": cgn.detach()}, 1.0)
-        _accumulate(stats, {"grad_norm": gn.detach()}, 1.0)
+        if policy:
+            _accumulate(stats, {"grad_norm": gn.detach()}, 1.0)
         return True
 
     # -- the loop ------------------------------------------------------------
@@ -456,7 +532,7 @@ class Trainer:
                     float(time.time() - t0 >= cfg.train.time_limit), self.d))
                 if (it + 1) % cfg.train.checkpoint_every == 0 or it + 1 == cfg.train.steps or out_of_time:
                     checkpoint.save(cfg.run.dir, it + 1, self.models, self.optims, self.scheds,
-                                    {"iteration": it + 1}, self.d)
+                                    {"iteration": it + 1, "reward_moments": self.reward_moments.tolist()}, self.d)
                 if out_of_time:
                     if self.d.main:
                         print(f"train.time_limit={cfg.train.time_limit:g}s reached after iteration {it + 1}; "
@@ -476,24 +552,53 @@ class Trainer:
         distributed.barrier(self.d)
 
 
-def _token_order(steps, tok_step):
-    """Sampler logprobs are listed per step in step order; reorder them to the micro-batch token order."""
+@dataclass
+class Scores:
+    """One micro-batch's step-2 results (no gradient)."""
+    old_logp: torch.Tensor  # [M] the policy's logprobs of the sampled tokens
+    ref_logp: torch.Tensor | None  # [M] the reference's (kl_coef > 0)
+    tok_values: torch.Tensor | None  # [M] critic values at the positions predicting sampled tokens
+    step_values: torch.Tensor | None  # [K] critic values at each step's last prompt token
+
+
+@dataclass
+class Targets:
+    """One micro-batch's share of step 3: what its losses are trained toward."""
+    advantages: torch.Tensor  # [M]
+    sampler_logp: torch.Tensor  # [M] the generator's logprobs
+    value_target: torch.Tensor | None  # [K] or [M] returns for the critic
+
+
+@dataclass
+class Norms:
+    """One mini-batch's loss denominators (global count / world) and aggregation segment sizes."""
+    policy: float
+    critic: float
+    seg_sizes: torch.Tensor  # [B] or [K]: masked tokens of each segment over the whole mini-batch
+
+
+def _cat(tensors: list, dtype=torch.long) -> torch.Tensor:
+    """Concatenate per-micro-batch tensors on the CPU; an empty list gives an empty tensor."""
+    return torch.cat([t.cpu() for t in tensors]) if tensors else torch.zeros(0, dtype=dtype)
+
+
+def sampler_logprobs(trajs: list, tok_step: torch.Tensor) -> torch.Tensor:
+    """The generator's logprobs [M] in micro-batch token order (they are stored per step, in step order)."""
+    steps = [s for t in trajs for s in t.steps]
+    logprobs = torch.tensor([lp for s in steps for lp in s.logprobs], dtype=torch.float32)
+    if not steps:
+        return logprobs
     starts, pos = [], 0
-    for _, _, s in steps:
+    for s in steps:
         starts.append(pos)
         pos += len(s.response_ids)
-    out = torch.empty(tok_step.numel(), dtype=torch.long)
+    order = torch.empty(tok_step.numel(), dtype=torch.long)
     seen = {}
     for j, g in enumerate(tok_step.tolist()):
         k = seen.get(g, 0)
-        out[j] = starts[g] + k
+        order[j] = starts[g] + k
         seen[g] = k + 1
-    return out
-
-
-def _slice(sizes, i):
-    s = sum(sizes[:i])
-    return slice(s, s + sizes[i])
+    return logprobs[order]
 
 
 def _accumulate(stats: dict, metrics: dict, weight):
@@ -533,8 +638,4 @@ def _reduce_stats(stats: dict, d) -> dict:
     return {k: float(t[j, 0] / t[j, 1]) if t[j, 1] > 0 else 0.0 for j, k in enumerate(keys)}
 
 
-def _traj_stats(t) -> dict:
-    return {"reward": t.total_reward, "correct": float(any(s.info.get("correct", s.info.get("final") and s.reward > 0) for s in t.steps)),
-            "turns": len(t.steps), "tool_calls": t.num_tool_calls, "errors": t.num_errors,
-            "malformed_steps": sum(1 for s in t.steps if s.info.get("errors")),
-            "response_len": sum(len(s.response_ids) for s in t.steps), "termination": t.termination}
+_traj_stats = traj_stats  # the name r1/compare.py and older callers import

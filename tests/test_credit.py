@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from r1.config import Algo
-from r1.credit import compute
+from r1.credit import CreditInputs, compute
 
 STEP_TRAJ = torch.tensor([0, 0, 1])
 STEP_IDX = torch.tensor([0, 1, 0])
@@ -18,22 +18,26 @@ TOK_STEP = torch.tensor([0, 0, 1, 1, 1, 2, 2])
 PERM = torch.tensor([6, 2, 0, 4, 1, 5, 3])
 
 
-def run(algo, step_reward, step_value=None, tok_value=None, ref=None, groups=(0, 0)):
+def inputs(step_reward, step_value=None, tok_value=None, ref=None, groups=(0, 0)):
     ts = TOK_STEP[PERM]
-    out = compute(algo, 2, list(groups), torch.tensor(step_reward, dtype=torch.float64), STEP_TRAJ, STEP_IDX,
-                  torch.tensor(step_value or [0.0] * 3), ts, STEP_TRAJ[ts], torch.ones(7),
-                  torch.zeros(7), None if ref is None else torch.tensor(ref)[PERM],
-                  None if tok_value is None else torch.tensor(tok_value)[PERM])
-    inv = torch.argsort(PERM)
-    return out["adv"][inv], out
+    return CreditInputs(groups=list(groups), step_reward=torch.tensor(step_reward, dtype=torch.float64),
+                        step_traj=STEP_TRAJ, step_index=STEP_IDX, tok_step=ts, tok_traj=STEP_TRAJ[ts],
+                        mask=torch.ones(7), old_logp=torch.zeros(7),
+                        ref_logp=None if ref is None else torch.tensor(ref)[PERM],
+                        step_value=torch.tensor(step_value or [0.0] * 3),
+                        tok_value=None if tok_value is None else torch.tensor(tok_value)[PERM])
+
+
+def run(algo, step_reward, step_value=None, tok_value=None, ref=None, groups=(0, 0)):
+    out = compute(inputs(step_reward, step_value, tok_value, ref, groups), algo)
+    return out.advantages[torch.argsort(PERM)], out
 
 
 def test_step_gae_by_hand():
     adv, out = run(Algo(advantage="step_gae", gamma=1.0, lam=1.0), [0.0, 1.0, 0.0], step_value=[0.5, 0.8, 0.3])
     # traj 0: A1 = 1 - 0.8 = 0.2; A0 = 0 + 0.8 - 0.5 + A1 = 0.5; traj 1: A = 0 - 0.3 = -0.3
     assert torch.allclose(adv, torch.tensor([0.5, 0.5, 0.2, 0.2, 0.2, -0.3, -0.3]), atol=1e-6)
-    kind, target = out["value_target"]
-    assert kind == "step" and torch.allclose(target, torch.tensor([1.0, 1.0, 0.0]), atol=1e-6)
+    assert out.value_level == "step" and torch.allclose(out.value_target, torch.tensor([1.0, 1.0, 0.0]), atol=1e-6)
 
 
 def test_step_gae_discounts_across_steps():
@@ -48,8 +52,7 @@ def test_token_gae_reward_on_the_last_token_of_each_step():
     # gamma = lam = 1: A_t = (sum of rewards from t on, within the trajectory) - V_t
     want = [1.0 - 0.1, 1.0 - 0.2, 1.0 - 0.3, 1.0 - 0.4, 1.0 - 0.5, 0.5 - 0.6, 0.5 - 0.7]
     assert torch.allclose(adv, torch.tensor(want), atol=1e-6)
-    kind, target = out["value_target"]
-    assert kind == "token"
+    assert out.value_level == "token" and out.value_target.shape == (7,)
 
 
 def test_grpo_trajectory_level_broadcasts_to_every_token():
@@ -57,7 +60,7 @@ def test_grpo_trajectory_level_broadcasts_to_every_token():
     s = 1 / math.sqrt(2)  # scores [1, 0], unbiased std 0.7071
     a = (1 - 0.5) / (s + 1e-6)
     assert torch.allclose(adv, torch.tensor([a] * 5 + [-a] * 2), atol=1e-5)
-    assert out["value_target"] is None
+    assert out.value_target is None and out.value_level is None
 
 
 def test_kl_as_reward_penalty_lowers_the_step_reward():
@@ -66,7 +69,7 @@ def test_kl_as_reward_penalty_lowers_the_step_reward():
     adv, out = run(algo, [0.0, 1.0, 0.0], step_value=[0.0, 0.0, 0.0], ref=ref)
     # step 0 reward -0.1*2, step 1 reward 1 - 0.1*6: A1 = 0.4, A0 = -0.2 + 0.4 = 0.2
     assert torch.allclose(adv[:5], torch.tensor([0.2, 0.2, 0.4, 0.4, 0.4]), atol=1e-6)
-    assert torch.allclose(out["kl"][torch.argsort(PERM)].float(), torch.tensor(ref).neg(), atol=1e-6)
+    assert torch.allclose(out.kl[torch.argsort(PERM)].float(), torch.tensor(ref).neg(), atol=1e-6)
 
 
 @pytest.mark.parametrize("kind", ["rloo", "reinforce_pp", "reinforce_pp_baseline"])

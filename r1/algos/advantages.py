@@ -22,6 +22,8 @@ real positions of each row to the left so the Python loop runs over the most
 real positions in a row, not over the padded width.
 """
 
+import math
+
 import torch
 
 
@@ -221,37 +223,58 @@ def rloo(scores, group_ids):
     return torch.where((n < 2) | _constant_group(s, inv, G), 0.0, adv)
 
 
-def whiten(x, mask, shift_mean=True, eps=1e-8):
-    """Masked whitening, global over every position where mask > 0.
+def whiten_moments(x, mask):
+    """[3] float64: (sum w, sum w x, sum w x^2) over positions with mask > 0 (x, mask: same shape).
+
+    The sufficient statistics of `whiten`: added over ranks they give the
+    global mean and variance, whatever share of the batch each rank holds.
+    """
+    _check_same_shape("whiten_moments", x=x, mask=mask)
+    w = mask.to(torch.float64)
+    if bool((w < 0).any()):
+        raise ValueError("whiten: mask has negative weights")
+    xs = torch.where(w > 0, x.to(torch.float64), 0.0)
+    return torch.stack([w.sum(), (w * xs).sum(), (w * xs * xs).sum()])
+
+
+def whiten(x, mask, shift_mean=True, eps=1e-8, all_sum=None):
+    """Masked whitening, global over every position where mask > 0 (on every rank, with all_sum).
 
     x, mask: same shape (any). mask is 0/1, or non-negative frequency weights
     (e.g. token counts, so that whitening per-trajectory scores equals
     whitening the same score broadcast to each of its tokens).
-        mean = sum(w x) / sum(w)
-        var  = sum(w (x - mean)^2) / (sum(w) - 1)     (unbiased; 0 if sum(w) <= 1)
+        W = sum(w),  mean = sum(w x) / W
+        var  = (sum(w x^2) - W mean^2) / (W - 1)     (unbiased; 0 if W <= 1)
         out  = (x - mean) / sqrt(var + eps)            (+ mean if not shift_mean)
-    shift_mean=False rescales the spread but keeps the mean (for rewards).
-    Returns x's shape, 0 where mask == 0.
+    all_sum: None (this batch is the whole batch) or a callable that sums a
+    float64 [3] tensor over ranks, so the moments are those of the global
+    batch; every rank must then call whiten, even with an empty batch.
+    The moments are summed in float64. Returns x's shape, 0 where mask == 0.
     """
     _check_same_shape("whiten", x=x, mask=mask)
     dtype = _float_dtype(x)
-    w = mask.to(dtype)
-    if bool((w < 0).any()):
-        raise ValueError("whiten: mask has negative weights")
-    keep = w > 0
-    xs = torch.where(keep, x.to(dtype), 0.0)
-    total = w.sum()
-    mean = (w * xs).sum() / total.clamp(min=1e-12)
-    dev = torch.where(keep, xs - mean, 0.0)
-    var = (w * dev * dev).sum() / (total - 1).clamp(min=1e-12)
-    var = torch.where(total > 1, var, 0.0)
-    out = dev * torch.rsqrt(var + eps)
+    moments = whiten_moments(x, mask)
+    if all_sum is not None:
+        moments = all_sum(moments).to(torch.float64).cpu()
+    total, s1, s2 = moments.tolist()
+    mean = s1 / total if total > 0 else 0.0
+    var = max(s2 - total * mean * mean, 0.0) / (total - 1) if total > 1 else 0.0
+    keep = mask.to(dtype) > 0
+    dev = torch.where(keep, x.to(torch.float64) - mean, 0.0)
+    out = dev / math.sqrt(var + eps)
     if not shift_mean:
         out = out + mean
-    return torch.where(keep, out, 0.0)
+    return torch.where(keep, out, 0.0).to(dtype)
 
 
-def reinforce_pp(scores, group_ids=None, weights=None, eps=1e-8):
+def subtract_group_mean(scores, group_ids):
+    """s_i - mean of i's group (the group includes i); an all-equal group gives exactly 0. [N] -> [N]."""
+    s, inv, G = _groups("subtract_group_mean", scores, group_ids)
+    mean = _group_sum(s, inv, G) / _group_sum(torch.ones_like(s), inv, G)
+    return torch.where(_constant_group(s, inv, G), 0.0, s - mean[inv])
+
+
+def reinforce_pp(scores, group_ids=None, weights=None, eps=1e-8, all_sum=None):
     """REINFORCE++ advantage: global (batch) whitening of returns, no critic.
 
     scores: [N] returns at whatever level the caller trains on:
@@ -264,22 +287,20 @@ def reinforce_pp(scores, group_ids=None, weights=None, eps=1e-8):
     group_ids: [N] int or None. None: REINFORCE++ (A = whiten(s)). Given:
       REINFORCE++-baseline, A = whiten(s - mean_group(s)); a group of size 1
       subtracts its own score and gives 0 before whitening.
-    weights: [N] non-negative or None (= ones). Whitening as in `whiten`.
-    Returns [N].
+    weights: [N] non-negative or None (= ones). Whitening as in `whiten`,
+    global over ranks with all_sum (see `whiten`). Returns [N].
     """
     if scores.dim() != 1:
         raise ValueError(f"reinforce_pp: scores must be [N], got shape {tuple(scores.shape)}")
     if group_ids is not None:
-        s, inv, G = _groups("reinforce_pp", scores, group_ids)
-        mean = _group_sum(s, inv, G) / _group_sum(torch.ones_like(s), inv, G)
-        s = torch.where(_constant_group(s, inv, G), 0.0, s - mean[inv])
+        s = subtract_group_mean(scores, group_ids)
     else:
         s = scores.to(_float_dtype(scores))
     if weights is None:
         weights = torch.ones_like(s)
     elif weights.shape != s.shape:
         raise ValueError(f"reinforce_pp: weights shape {tuple(weights.shape)} != scores shape {tuple(s.shape)}")
-    return whiten(s, weights, shift_mean=True, eps=eps)
+    return whiten(s, weights, shift_mean=True, eps=eps, all_sum=all_sum)
 
 
 def clip_advantages(x, max_abs):

@@ -5,7 +5,14 @@ padding. `mask [N]` is 1 on sampled tokens that are trained on; `seg_ids [N]`
 (long, 0..M-1) says which segment each token belongs to, for sequence- or
 step-level aggregation and for the GSPO sequence ratio. A segment is whatever
 the caller numbers: a trajectory (all sampled tokens of one episode) for the
-`seq_*` modes, a step (one response) for `step_mean` and `ratio_level="step"`.
+`seq_*` modes, a step (one response) for `step_mean`. The GSPO ratio has its
+own segments (`ratio_seg_ids`, a step for `ratio_level="step"`), because the
+ratio's segment and the aggregation's are different things: a step-level
+ratio with a per-trajectory mean needs both.
+
+A segment may span micro-batches (a trajectory whose steps are packed
+separately). `seg_sizes` then carries each segment's token count over the
+whole batch, so a per-segment mean is not replaced by a sum of partial means.
 
 Each loss computes a per-token loss and hands it to `aggregate`, the one place
 that decides normalisation. `norm` overrides the denominator so the trainer can
@@ -49,7 +56,7 @@ def segment_sum(x, mask, seg_ids, num_segments=None):
     return torch.zeros(M, dtype=xs.dtype, device=xs.device).index_add(0, seg_ids, xs)
 
 
-def aggregate(loss_tok, mask, seg_ids=None, mode="token_mean", num_segments=None, norm=None):
+def aggregate(loss_tok, mask, seg_ids=None, mode="token_mean", num_segments=None, norm=None, seg_sizes=None):
     """Reduce a per-token loss [N] to a scalar. Masked-out tokens never count.
 
     token_mean:          sum_i m_i l_i / D,  D = sum_i m_i           (DAPO)
@@ -60,8 +67,10 @@ def aggregate(loss_tok, mask, seg_ids=None, mode="token_mean", num_segments=None
                          response weighs the same), where seq_* modes number
                          trajectories (each episode weighs the same).
     norm (float or 0-d tensor) replaces D, e.g. the token or segment count of
-    the global batch. Segments with no masked token add 0 and are not counted.
-    An all-masked input gives 0 (not NaN).
+    the global batch. seg_sizes ([M], optional) replaces n_j: the masked
+    tokens of each segment over the whole batch, when this call sees only a
+    part of some segments (a micro-batch). Segments with no masked token add 0
+    and are not counted. An all-masked input gives 0 (not NaN).
     """
     if mode not in AGG_MODES:
         raise ValueError(f"aggregate: mode={mode!r} not in {AGG_MODES}")
@@ -75,12 +84,15 @@ def aggregate(loss_tok, mask, seg_ids=None, mode="token_mean", num_segments=None
         return total / (keep.sum().clamp(min=1) if norm is None else norm)
     if seg_ids is None:
         raise ValueError(f"aggregate: mode={mode!r} needs seg_ids")
+    if seg_sizes is not None:
+        num_segments = seg_sizes.numel()
     seg_total = segment_sum(loss_tok, keep, seg_ids, num_segments)  # [M]
     seg_count = segment_sum(torch.ones_like(loss_tok), keep, seg_ids, seg_total.numel())  # [M]
     if mode == "seq_mean_token_sum":
         per_seg = seg_total
     else:
-        per_seg = seg_total / seg_count.clamp(min=1)
+        sizes = seg_count if seg_sizes is None else seg_sizes.to(seg_total.dtype)
+        per_seg = seg_total / sizes.clamp(min=1)
     denom = (seg_count > 0).sum().clamp(min=1) if norm is None else norm
     return per_seg.sum() / denom
 
@@ -101,23 +113,26 @@ def ppo_policy_loss(
     agg="token_mean",
     norm=None,
     num_segments=None,
+    ratio_seg_ids=None,
+    seg_sizes=None,
 ):
     """Clipped PPO surrogate with clip-higher, dual clip, GSPO ratio and truncated IS.
 
     logp [N] (current policy, differentiated), old_logp [N] (policy that the
     advantages belong to), adv [N], mask [N]; sampler_logp [N] (the
-    generator's logprobs) optional; seg_ids [N] for ratio_level "seq"/"step"
-    and for segment aggregation.
+    generator's logprobs) optional; seg_ids [N] for segment aggregation and,
+    unless ratio_seg_ids [N] is given, for ratio_level "seq"/"step";
+    seg_sizes [M] as in `aggregate`.
 
         valid_i = m_i and old_logp_i, sampler_logp_i finite   (others dropped, counted)
         token ratio:  rho_i = exp(clamp(logp_i - old_i, +-log_ratio_clamp))
-        seq ratio (GSPO, ratio_level "seq" or "step"; the segment is seg_ids):
+        seq ratio (GSPO, ratio_level "seq" or "step"; the segment is ratio_seg_ids, else seg_ids):
               s_j = exp(mean_{i in j, valid} clamp(logp_i - old_i))
               rho_i = sg[s_j] * exp(logp_i - sg[logp_i])   (value s_j, d rho_i / d logp_i = s_j)
         l_i = max(-A_i rho_i, -A_i clip(rho_i, 1 - clip_low, 1 + clip_high))
         dual clip (A_i < 0): l_i = min(l_i, -A_i * dual_clip)            (dual_clip > 1)
         truncated IS:  l_i *= sg[min(exp(old_i - sampler_i), tis_cap)]
-        loss = aggregate(l, valid, seg_ids, agg, norm)
+        loss = aggregate(l, valid, seg_ids, agg, norm, seg_sizes)
     dual_clip and tis_cap are off when None or 0 (the config's "0 = off").
 
     Returns (loss scalar, metrics). Metrics (0-d detached, over valid tokens,
@@ -128,7 +143,7 @@ def ppo_policy_loss(
     sampler_logp: sampler_gap_mean/max (|old - sampler|), tis_weight_mean.
     """
     _check_flat("ppo_policy_loss", logp=logp, old_logp=old_logp, adv=adv, mask=mask,
-                sampler_logp=sampler_logp, seg_ids=seg_ids)
+                sampler_logp=sampler_logp, seg_ids=seg_ids, ratio_seg_ids=ratio_seg_ids)
     if logp.numel() == 0:
         raise ValueError("ppo_policy_loss: empty batch (N = 0)")
     if not 0.0 <= clip_low < 1.0 or not clip_high >= 0.0:
@@ -142,8 +157,9 @@ def ppo_policy_loss(
         raise ValueError(f"ppo_policy_loss: tis_cap={tis_cap} needs sampler_logp and a value > 0 (or 0/None for off)")
     if ratio_level not in ("token", "seq", "step"):
         raise ValueError(f"ppo_policy_loss: ratio_level={ratio_level!r} not in ('token', 'seq', 'step')")
-    if ratio_level != "token" and seg_ids is None:
-        raise ValueError(f"ppo_policy_loss: ratio_level={ratio_level!r} needs seg_ids")
+    ratio_seg = seg_ids if ratio_seg_ids is None else ratio_seg_ids
+    if ratio_level != "token" and ratio_seg is None:
+        raise ValueError(f"ppo_policy_loss: ratio_level={ratio_level!r} needs seg_ids or ratio_seg_ids")
 
     keep = mask.bool()
     old_logp = old_logp.detach()
@@ -162,9 +178,10 @@ def ppo_policy_loss(
     if ratio_level == "token":
         ratio = torch.exp(log_ratio)
     else:
-        seg_lr = segment_sum(log_ratio.detach(), valid, seg_ids, num_segments)  # [M]
-        seg_n = segment_sum(torch.ones_like(log_ratio), valid, seg_ids, seg_lr.numel())  # [M]
-        seq_log_ratio = (seg_lr / seg_n.clamp(min=1))[seg_ids]  # [N]
+        ratio_segments = num_segments if ratio_seg_ids is None else None
+        seg_lr = segment_sum(log_ratio.detach(), valid, ratio_seg, ratio_segments)  # [R]
+        seg_n = segment_sum(torch.ones_like(log_ratio), valid, ratio_seg, seg_lr.numel())  # [R]
+        seq_log_ratio = (seg_lr / seg_n.clamp(min=1))[ratio_seg]  # [N]
         ratio = torch.exp(seq_log_ratio + logp - logp.detach())
 
     clipped_ratio = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
@@ -190,7 +207,7 @@ def ppo_policy_loss(
             pg = pg * w
             metrics["tis_weight_mean"] = _masked_mean(w, valid)
 
-    loss = aggregate(pg, valid, seg_ids, agg, num_segments, norm)
+    loss = aggregate(pg, valid, seg_ids, agg, num_segments, norm, seg_sizes)
 
     with torch.no_grad():
         tok_ratio = torch.exp(log_ratio)
@@ -266,13 +283,13 @@ def value_loss(values, old_values, returns, mask, clip=None, agg="token_mean", s
     return loss, metrics
 
 
-def entropy_bonus(entropy, mask, seg_ids=None, agg="token_mean", norm=None, num_segments=None):
+def entropy_bonus(entropy, mask, seg_ids=None, agg="token_mean", norm=None, num_segments=None, seg_sizes=None):
     """Aggregated per-token entropy [N] -> scalar, same normalisation as the policy loss.
 
     The trainer minimises pg_loss - entropy_coef * entropy_bonus(...), so a
     positive coefficient rewards entropy.
     """
-    return aggregate(entropy, mask, seg_ids, agg, num_segments, norm)
+    return aggregate(entropy, mask, seg_ids, agg, num_segments, norm, seg_sizes)
 
 
 KL_KINDS = ("k1", "k2", "k3")

@@ -1,0 +1,44 @@
+"""Reward normalisation with running moments (algo.normalize_reward): a stability aid for rewards of
+arbitrary scale (a 0-100 score, a reward model's logits).
+
+The running statistics are plain sums, (count, sum, sum of squares) in float64,
+of every step reward seen so far on all ranks: this iteration's global sums
+are added before normalising, so the first iteration uses its own batch, and
+the result does not depend on the number of ranks or on how they split it.
+Sums, not an exponential average: every reward seen counts the same, and
+the state is three numbers that a checkpoint keeps exactly.
+
+    mean = S1 / W,  var = (S2 - W mean^2) / (W - 1)   (0 if W <= 1)
+    std:       r' = r / sqrt(var)
+    mean_std:  r' = (r - mean) / sqrt(var)
+    (no scaling while var <= eps: a constant reward must not be blown up by 1/sqrt(eps))
+
+`std` keeps the sign and the zero of every reward (the usual PPO reward
+scaling; right for multi-step episodes whose intermediate steps earn 0);
+`mean_std` also centres, which shifts every step, also the zero-reward ones.
+"""
+import math
+
+import torch
+
+MODES = ("off", "std", "mean_std")
+
+
+def reward_moments(rewards) -> torch.Tensor:
+    """[K] rewards -> [3] float64 (count, sum, sum of squares)."""
+    r = rewards.to(torch.float64)
+    return torch.stack([torch.tensor(float(r.numel()), dtype=torch.float64), r.sum(), (r * r).sum()])
+
+
+def normalize_rewards(rewards, running, mode: str, eps: float = 1e-8):
+    """rewards [K]; running [3] moments that already include these rewards -> normalised [K] float64."""
+    if mode not in MODES:
+        raise ValueError(f"normalize_rewards: mode={mode!r} not in {MODES}")
+    r = rewards.to(torch.float64)
+    if mode == "off":
+        return r
+    count, s1, s2 = (float(v) for v in running)
+    mean = s1 / count if count > 0 else 0.0
+    var = max(s2 - count * mean * mean, 0.0) / (count - 1) if count > 1 else 0.0
+    scale = 1.0 / math.sqrt(var) if var > eps else 1.0
+    return (r - mean) * scale if mode == "mean_std" else r * scale
