@@ -63,13 +63,13 @@ def trained(tmp_path_factory):
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
 def test_non_finite_loss_skips_update(trained, monkeypatch, bad):
-    real = r1.trainer.ppo_policy_loss
+    real = r1.algos.policy_losses.ppo_policy_loss
 
     def poisoned(*args, **kw):  # the loss is non-finite while its gradient stays finite: only the loss check sees it
         loss, m = real(*args, **kw)
         return loss + bad, m
 
-    monkeypatch.setattr(r1.trainer, "ppo_policy_loss", poisoned)
+    monkeypatch.setattr(r1.algos.policy_losses, "ppo_policy_loss", poisoned)
     before = snapshot(trained)
     with pytest.warns(UserWarning, match="non-finite loss or gradient: update skipped"):
         m = trained.iteration(1)
