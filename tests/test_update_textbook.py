@@ -58,7 +58,10 @@ def reference_grad(policy, trajs, adv, agg, temperature):
     loss = torch.zeros((), dtype=torch.float64)
     for t, a in zip(trajs, adv):
         n = sum(len(s.response_ids) for s in t.steps)
-        w = 1.0 / len(trajs) if agg == "seq_mean_token_sum" else 1.0 / (len(trajs) * n)
+        if agg == "token_mean":
+            w = 1.0 / sum(len(s.response_ids) for u in trajs for s in u.steps)
+        else:
+            w = 1.0 / len(trajs) if agg == "seq_mean_token_sum" else 1.0 / (len(trajs) * n)
         for s in t.steps:
             ids = torch.tensor([s.prompt_ids + s.response_ids])
             logits = policy(ids)[0].double() / temperature

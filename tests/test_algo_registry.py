@@ -1,0 +1,297 @@
+"""The estimator and policy-loss tables: config choices come from them, unknown names and keys that do not
+apply are config errors, the worked example of docs/algorithms.md trains, and the pieces added with them
+(CISPO, global whitening, reward normalisation) match float64 loops."""
+import math
+import os
+import re
+import statistics
+import threading
+
+import pytest
+import torch
+
+from r1.algos.cispo import cispo_policy_loss
+from r1.algos.estimators import ESTIMATORS
+from r1.algos.policy_losses import POLICY_LOSSES
+from r1.algos.reward_norm import normalize_rewards, reward_moments
+from r1.config import Algo, ConfigError, load_config
+from r1.credit import CreditInputs, compute
+from test_trainer import ROOT, SMOKE
+
+F64 = torch.float64
+DOC = os.path.join(ROOT, "docs", "algorithms.md")
+
+
+# ---------------------------------------------------------------- config from the tables
+def test_every_table_entry_is_a_config_choice():
+    for name, est in ESTIMATORS.items():
+        cfg = load_config(SMOKE, [f"algo.advantage={name}"])
+        assert cfg.algo.advantage == name
+    for name in POLICY_LOSSES:
+        assert load_config(SMOKE, [f"algo.policy_loss={name}"]).algo.policy_loss == name
+
+
+@pytest.mark.parametrize("key, value, closest", [("algo.advantage", "grp", "grpo"),
+                                                  ("algo.advantage", "reinforce_p", "reinforce_pp"),
+                                                  ("algo.policy_loss", "cisp", "cispo")])
+def test_unknown_name_is_a_config_error_with_the_closest_names(key, value, closest):
+    with pytest.raises(ConfigError) as e:
+        load_config(SMOKE, [f"{key}={value}"])
+    msg = str(e.value)
+    assert "\n" not in msg and f"'{key}'" in msg and f"closest: {closest}" in msg
+
+
+@pytest.mark.parametrize("overrides, key", [
+    (["algo.advantage=grpo", "algo.lam=0.95"], "algo.lam"),  # GAE's lambda, no GAE
+    (["algo.advantage=rloo", "algo.grpo_std_norm=false"], "algo.grpo_std_norm"),
+    (["algo.advantage=grpo", "algo.vf_coef=0.5"], "algo.vf_coef"),  # no critic
+    (["algo.advantage=grpo", "algo.vf_epochs=2"], "algo.vf_epochs"),
+    (["algo.advantage=reinforce_pp", "algo.critic_warmup=1"], "algo.critic_warmup"),
+    (["algo.advantage=reinforce_pp", "algo.whiten=true"], "algo.whiten"),  # it whitens already
+    (["algo.advantage=step_gae", "algo.reward_level=step"], "algo.reward_level"),
+    (["algo.advantage=grpo", "algo.gamma=0.9"], "algo.gamma"),  # trajectory totals are undiscounted
+    (["algo.policy_loss=cispo", "algo.dual_clip=3"], "algo.dual_clip"),
+    (["algo.policy_loss=cispo", "algo.ratio_level=step"], "algo.ratio_level"),
+    (["algo.clip_low=1.0"], "algo.clip_low"),  # PPO's lower clip bound would be 0
+])
+def test_keys_that_do_not_apply_are_refused(overrides, key):
+    with pytest.raises(ConfigError) as e:
+        load_config(SMOKE, overrides)
+    msg = str(e.value)
+    assert "\n" not in msg and f"'{key}'" in msg and "(command line)" in msg
+
+
+def test_keys_that_apply_are_accepted():
+    load_config(SMOKE, ["algo.advantage=grpo", "algo.reward_level=step", "algo.gamma=0.9", "algo.whiten=true"])
+    load_config(SMOKE, ["algo.policy_loss=cispo", "algo.clip_low=1.0", "algo.clip_high=0.28", "algo.tis_cap=2"])
+    load_config(SMOKE, ["algo.ratio_level=step", "algo.loss_agg=seq_mean_token_mean"])  # both segments carried
+    load_config(SMOKE, ["algo.vf_epochs=3", "algo.critic_warmup=2", "algo.normalize_reward=std"])
+
+
+def test_every_ablation_layers_on_its_base_config():
+    folder = os.path.join(ROOT, "configs", "ablations")
+    names = sorted(f for f in os.listdir(folder) if f.endswith(".yaml"))
+    assert {"whiten.yaml", "normalize_reward.yaml", "critic_warmup.yaml", "cispo.yaml"} <= set(names)
+    for name in names:
+        load_config([os.path.join(ROOT, "configs", "gsm8k_tool.yaml"), os.path.join(folder, name)])
+
+
+# ---------------------------------------------------------------- the worked example of the docs
+def doc_example() -> str:
+    text = open(DOC).read()
+    section = text[text.index("## Add your own estimator or loss"):]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+def test_doc_example_registers_and_trains_with_the_textbook_gradient(tmp_path, tok_dir):
+    """The docs' code, run as written: REINFORCE (no baseline) + a plain policy gradient train one iteration,
+    whose gradient is that of sum_i -R_traj(i) log pi(token i) / tokens (token_mean), in float64."""
+    from r1.trainer import Trainer
+    from test_update_textbook import hand_trajs, reference_grad
+
+    exec(compile(doc_example(), DOC, "exec"), {})
+    try:
+        assert not ESTIMATORS["reinforce"].needs_critic
+        cfg = load_config(SMOKE, [f"run.dir={tmp_path / 'run'}", f"model.tokenizer={tok_dir}",
+                                  "algo.advantage=reinforce", "algo.policy_loss=vanilla_pg", "algo.kl_coef=0",
+                                  "algo.entropy_coef=0", "algo.minibatches=1", "train.grad_clip=0",
+                                  "log.tensorboard=false", "log.trajectories=false"])
+        trainer = Trainer(cfg)
+        assert trainer.critic is None
+        trajs = hand_trajs(append_only=False)
+        want = reference_grad(trainer.policy, trajs, [t.total_reward for t in trajs], "token_mean", 1.0)
+        trainer.rollout = lambda it: trajs
+        m = trainer.iteration(0)
+        got = torch.cat([p.grad.flatten().double() for p in trainer.policy.parameters() if p.grad is not None])
+        assert float((got - want).norm() / want.norm()) < 1e-4
+        assert m["skipped_updates"] == 0 and m["pg_loss"] < 0  # value -A per token, rewards >= 0
+    finally:
+        ESTIMATORS.pop("reinforce", None)
+        POLICY_LOSSES.pop("vanilla_pg", None)
+
+
+# ---------------------------------------------------------------- CISPO against a float64 loop
+def ref_cispo(logp, old, adv, mask, sampler, clip_low, clip_high, tis_cap, seg, agg):
+    """Loss value and d loss / d logp, token by token in Python floats."""
+    valid = [m > 0 and math.isfinite(o) and math.isfinite(s) for m, o, s in zip(mask, old, sampler)]
+    n_seg = {}
+    for v, j in zip(valid, seg):
+        if v:
+            n_seg[j] = n_seg.get(j, 0) + 1
+    denom = sum(valid) if agg == "token_mean" else len(n_seg)
+    loss, grad = 0.0, [0.0] * len(logp)
+    for i, v in enumerate(valid):
+        if not v:
+            continue
+        rho = math.exp(max(-20.0, min(20.0, logp[i] - old[i])))
+        w = min(max(rho, 1 - clip_low), 1 + clip_high)
+        if tis_cap:
+            w *= min(math.exp(old[i] - sampler[i]), tis_cap)
+        scale = 1.0 / denom if agg == "token_mean" else 1.0 / (denom * n_seg[seg[i]])
+        loss += -w * adv[i] * scale
+        grad[i] = -w * adv[i] * scale
+    return loss, grad
+
+
+@pytest.mark.parametrize("agg", ["token_mean", "seq_mean_token_mean"])
+@pytest.mark.parametrize("clip_low, clip_high, tis_cap", [(1.0, 0.28, 0.0), (0.2, 0.2, 2.0)])
+def test_cispo_matches_float64_loop(agg, clip_low, clip_high, tis_cap):
+    g = torch.Generator().manual_seed(3)
+    n = 40
+    logp = -torch.rand(n, generator=g, dtype=F64) * 3
+    old = logp + 0.4 * torch.randn(n, generator=g, dtype=F64)
+    sampler = old + 0.3 * torch.randn(n, generator=g, dtype=F64)
+    adv = torch.randn(n, generator=g, dtype=F64)
+    mask = (torch.rand(n, generator=g) < 0.85).to(F64)
+    old[3], sampler[7] = float("nan"), float("-inf")  # dropped, counted
+    seg = torch.sort(torch.randint(0, 6, (n,), generator=g)).values
+    x = logp.clone().requires_grad_(True)
+    loss, metrics = cispo_policy_loss(x, old, adv, mask, clip_low=clip_low, clip_high=clip_high,
+                                      sampler_logp=sampler, tis_cap=tis_cap, seg_ids=seg, agg=agg)
+    loss.backward()
+    want, want_grad = ref_cispo(logp.tolist(), old.tolist(), adv.tolist(), mask.tolist(), sampler.tolist(),
+                                clip_low, clip_high, tis_cap, seg.tolist(), agg)
+    assert abs(float(loss.detach()) - want) < 1e-10
+    assert torch.allclose(x.grad, torch.tensor(want_grad, dtype=F64), atol=1e-10)
+    assert float(metrics["dropped_nonfinite"]) == float(mask[3] + mask[7])
+    assert 0 < float(metrics["clip_frac"]) < 1
+
+
+def test_cispo_keeps_the_gradient_of_tokens_ppo_clips():
+    from r1.algos.losses import ppo_policy_loss
+
+    logp = torch.tensor([0.0, 0.0], dtype=F64, requires_grad=True)
+    old = torch.tensor([-1.0, 1.0], dtype=F64)  # ratios e and 1/e: both outside [0.8, 1.2]
+    adv = torch.tensor([1.0, -1.0], dtype=F64)
+    for fn in (ppo_policy_loss, cispo_policy_loss):
+        logp.grad = None
+        fn(logp, old, adv, torch.ones(2), clip_low=0.2, clip_high=0.2)[0].backward()
+        if fn is ppo_policy_loss:
+            assert torch.equal(logp.grad, torch.zeros(2))
+        else:
+            assert torch.allclose(logp.grad, torch.tensor([-1.2, 0.8], dtype=F64) / 2)
+
+
+# ---------------------------------------------------------------- global batch statistics
+def two_rank_batches(seed=0):
+    """8 trajectories in 4 groups of 2, 1-3 steps each: the whole batch, and the two 'ranks' that deal the
+    groups by parity (rank r holds groups r, r + 2, as torchrun deals prompts)."""
+    g = torch.Generator().manual_seed(seed)
+    trajs = []
+    for ti in range(8):
+        steps = int(torch.randint(1, 4, (1,), generator=g))
+        lens = torch.randint(1, 4, (steps,), generator=g).tolist()
+        rewards = (torch.rand(steps, generator=g) < 0.4).double().tolist()
+        values = torch.rand(sum(lens), generator=g).tolist()  # critic values per token; a step's is its first
+        trajs.append((ti // 2, lens, rewards, values))
+
+    def batch(items):
+        step_reward, step_traj, step_index, tok_step, tok_value, step_value = [], [], [], [], [], []
+        for b, (_, lens, rewards, values) in enumerate(items):
+            tok_value += values
+            for si, (n, r) in enumerate(zip(lens, rewards)):
+                step_value.append(values[sum(lens[:si])])
+                tok_step += [len(step_reward)] * n
+                step_reward.append(r)
+                step_traj.append(b)
+                step_index.append(si)
+        tok_step = torch.tensor(tok_step, dtype=torch.long)
+        step_traj = torch.tensor(step_traj, dtype=torch.long)
+        M = tok_step.numel()
+        return CreditInputs(groups=[item[0] for item in items], step_reward=torch.tensor(step_reward, dtype=F64),
+                            step_traj=step_traj, step_index=torch.tensor(step_index, dtype=torch.long),
+                            tok_step=tok_step, tok_traj=step_traj[tok_step], mask=torch.ones(M),
+                            old_logp=torch.zeros(M), step_value=torch.tensor(step_value),
+                            tok_value=torch.tensor(tok_value))
+
+    return batch(trajs), [batch([t for t in trajs if t[0] % 2 == r]) for r in (0, 1)]
+
+
+def threaded_all_sum(n):
+    """An all-reduce (sum) for n threads: each contributes, waits for the others, reads the total."""
+    barrier, lock, box = threading.Barrier(n), threading.Lock(), {}
+
+    def all_sum(x):
+        with lock:
+            box["sum"] = box.get("sum", 0) + x
+        barrier.wait()
+        out = box["sum"].clone()
+        if barrier.wait() == 0:
+            box.clear()
+        barrier.wait()
+        return out
+    return all_sum
+
+
+WHITENED = [("reinforce_pp", {}), ("reinforce_pp_baseline", {}), ("grpo", {"whiten": True}),
+            ("rloo", {"whiten": True, "reward_level": "step"}), ("step_gae", {"whiten": True}),
+            ("token_gae", {"whiten": True, "gamma": 0.9}), ("reinforce_pp", {"reward_level": "step", "gamma": 0.5})]
+
+
+@pytest.mark.parametrize("name, extra", WHITENED)
+def test_whitening_is_over_the_global_batch(name, extra):
+    """Two 'ranks' (threads) with an all-reduce give each trajectory the advantages of the whole batch."""
+    whole, parts = two_rank_batches()
+    algo = Algo(advantage=name, **extra)
+    want = compute(whole, algo).advantages
+    all_sum = threaded_all_sum(2)
+    out = [None, None]
+
+    def rank(r):
+        parts[r].all_sum = all_sum
+        out[r] = compute(parts[r], algo).advantages
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in (0, 1)]
+    [t.start() for t in threads]
+    [t.join(timeout=60) for t in threads]
+    per_traj_want = _per_traj(whole.tok_traj, want)
+    order = [[i for i in range(8) if (i // 2) % 2 == r] for r in (0, 1)]  # rank r's trajectories, globally
+    got = {order[r][b]: v for r, part in enumerate(parts) for b, v in _per_traj(part.tok_traj, out[r]).items()}
+    for b, v in per_traj_want.items():
+        assert got[b] == pytest.approx(v, abs=1e-6), b
+    local = compute(two_rank_batches()[1][0], algo).advantages  # without the all-reduce: rank 0 alone
+    assert not torch.allclose(local, out[0], atol=1e-3)
+
+
+def _per_traj(tok_traj, adv):
+    out = {}
+    for b, a in zip(tok_traj.tolist(), adv.tolist()):
+        out.setdefault(b, []).append(a)
+    return out
+
+
+def test_an_empty_rank_still_joins_the_whitening():
+    whole, _ = two_rank_batches()
+    empty = CreditInputs(groups=[], step_reward=torch.zeros(0, dtype=F64), step_traj=torch.zeros(0, dtype=torch.long),
+                         step_index=torch.zeros(0, dtype=torch.long), tok_step=torch.zeros(0, dtype=torch.long),
+                         tok_traj=torch.zeros(0, dtype=torch.long), mask=torch.zeros(0), old_logp=torch.zeros(0))
+    algo = Algo(advantage="reinforce_pp")
+    all_sum = threaded_all_sum(2)
+    out = [None, None]
+    whole.all_sum = empty.all_sum = all_sum
+
+    def rank(b, r):
+        out[r] = compute(b, algo).advantages
+
+    threads = [threading.Thread(target=rank, args=(b, r)) for b, r in ((whole, 0), (empty, 1))]
+    [t.start() for t in threads]
+    [t.join(timeout=60) for t in threads]
+    whole.all_sum = None
+    assert out[1].numel() == 0 and torch.allclose(out[0], compute(whole, algo).advantages)
+
+
+# ---------------------------------------------------------------- reward normalisation
+@pytest.mark.parametrize("mode", ["std", "mean_std"])
+def test_reward_normalisation_matches_a_float64_running_loop(mode):
+    g = torch.Generator().manual_seed(5)
+    running, seen = torch.zeros(3, dtype=F64), []
+    for it in range(4):
+        rewards = (torch.randn(5 + it, generator=g, dtype=F64) * 3 + 10)
+        running = running + reward_moments(rewards)
+        out = normalize_rewards(rewards, running, mode)
+        seen += rewards.tolist()
+        mu, sd = statistics.fmean(seen), statistics.stdev(seen)
+        want = [((r - mu) if mode == "mean_std" else r) / sd for r in rewards.tolist()]
+        assert out.tolist() == pytest.approx(want, rel=1e-10, abs=1e-10)
+    flat = torch.ones(3, dtype=F64)  # no spread: left unscaled, never multiplied by 1 / sqrt(eps)
+    assert torch.equal(normalize_rewards(flat, reward_moments(flat), "std"), flat)
