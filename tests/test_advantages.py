@@ -374,3 +374,18 @@ def test_step_level_helpers_round_trip():
     assert adv.shape == (3, 3) and torch.all(adv[1] == 0)
     with pytest.raises(ValueError, match="unflatten_steps"):
         unflatten_steps(flat[:2], mask)
+
+
+def test_whiten_with_all_sum_uses_the_global_moments():
+    """Two halves whitened with an all_sum that adds the other half's moments equal the whole whitened at once."""
+    from r1.algos.advantages import whiten_moments
+
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(20, generator=g, dtype=F64) * 2 + 1
+    w = torch.randint(0, 3, (20,), generator=g).to(F64)
+    whole = whiten(x, w)
+    a, b = slice(0, 7), slice(7, 20)
+    total = whiten_moments(x[a], w[a]) + whiten_moments(x[b], w[b])
+    halves = torch.cat([whiten(x[s], w[s], all_sum=lambda m: total) for s in (a, b)])
+    close(halves, whole)
+    assert not torch.allclose(whiten(x[a], w[a]), whole[a])  # the half alone is another whitening

@@ -468,3 +468,47 @@ def test_kl_reward_penalty_matches_loop():
         kl_penalty(logp, ref, "k4")
     with pytest.raises(ValueError, match="coef"):
         kl_reward_penalty(rewards, logp, ref, mask, coef=-1.0)
+
+
+# ---------------------------------------------------------------- segments across micro-batches
+@pytest.mark.parametrize("mode", ["seq_mean_token_sum", "seq_mean_token_mean", "step_mean"])
+def test_aggregate_with_segment_sizes_sums_micro_batches_to_the_whole(mode):
+    """A segment cut in two micro-batches: with seg_sizes (its tokens over the whole batch) and the global
+    segment count as norm, the two partial losses add up to the whole batch's loss (bug B)."""
+    g = torch.Generator().manual_seed(4)
+    n = 30
+    loss = torch.randn(n, generator=g, dtype=F64)
+    seg = torch.sort(torch.randint(0, 5, (n,), generator=g)).values
+    mask = (torch.rand(n, generator=g) < 0.8).to(F64)
+    sizes = torch.bincount(seg[mask > 0], minlength=5).to(F64)
+    norm = float((sizes > 0).sum())
+    whole = aggregate(loss, mask, seg, mode, norm=norm)
+    cut = n // 2 + 1  # inside a segment
+    parts = sum(aggregate(loss[s], mask[s], seg[s], mode, norm=norm, seg_sizes=sizes)
+                for s in (slice(0, cut), slice(cut, n)))
+    close(parts, whole)
+    close(whole, ref_aggregate(loss.tolist(), mask.tolist(), seg.tolist(), mode))
+
+
+def test_step_ratio_with_trajectory_aggregation_matches_loop():
+    """ratio_seg_ids (steps) and seg_ids (trajectories) differ: the GSPO ratio per step, the mean per trajectory
+    (bug A carried both). Reference: the paper's ratio per step, token losses averaged per trajectory."""
+    logp, old, adv, mask, step = batch(6, seg_constant_adv=True)
+    traj = step // 3  # trajectories of up to 3 steps
+    loss, _ = ppo_policy_loss(logp, old, adv, mask, clip_low=0.2, clip_high=0.28, ratio_level="step",
+                              ratio_seg_ids=step, seg_ids=traj, agg="seq_mean_token_mean")
+    members = {}
+    for i in range(len(old)):
+        if mask[i]:
+            members.setdefault(int(step[i]), []).append(i)
+    per_token = {}
+    for idx in members.values():
+        s = torch.exp(sum((logp[i] - old[i] for i in idx), 0.0) / len(idx))
+        for i in idx:
+            per_token[i] = torch.maximum(-adv[i] * s, -adv[i] * s.clamp(0.8, 1.28))
+    by_traj = {}
+    for i, v in per_token.items():
+        by_traj.setdefault(int(traj[i]), []).append(v)
+    want = sum(sum(v) / len(v) for v in by_traj.values()) / len(by_traj)
+    close(loss, want)
+    close(grad_of(loss, logp), grad_of(want, logp))

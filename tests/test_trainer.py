@@ -234,3 +234,61 @@ def test_drop_uniform_groups_trains_on_informative_groups_only(tmp_path, monkeyp
                 ["algo.advantage=rloo", "algo.kl_in_reward=true", "algo.kl_coef=0.01"]):
         with pytest.raises(ConfigError, match="drop_uniform_groups"):  # a dropped group's advantage is not 0 there
             load_config(SMOKE, [*bad, "algo.drop_uniform_groups=true"])
+
+
+def test_critic_warmup_and_extra_critic_epochs(tmp_path, tok_dir):
+    """algo.critic_warmup=1, vf_epochs=3: the first iteration leaves the policy, its Adam state and its schedule
+    untouched and steps the critic 3 times; the next one steps both (policy once, critic 3 more). With
+    critic_lr=0 every critic pass sees the same critic, so its gradient must be that of the float64 textbook
+    value loss 0.5 * mean_t (V(s_t) - G_t)^2, V at each step's last prompt token, G_t the return-to-go
+    (step GAE with gamma = lam = 1)."""
+    from test_update_textbook import hand_trajs
+
+    cfg = load_config(SMOKE, [f"run.dir={tmp_path / 'run'}", f"model.tokenizer={tok_dir}", "algo.kl_coef=0",
+                              "algo.entropy_coef=0", "algo.minibatches=1", "train.grad_clip=0", "train.critic_lr=0",
+                              "algo.critic_warmup=1", "algo.vf_epochs=3", "log.tensorboard=false",
+                              "log.trajectories=false"])
+    trainer = Trainer(cfg)
+    trajs = hand_trajs(append_only=True)
+    trainer.rollout = lambda it: trajs
+    critic = trainer.critic
+    critic.zero_grad(set_to_none=True)
+    loss = torch.zeros((), dtype=torch.float64)
+    steps = [(s, sum(u.reward for u in t.steps[si:])) for t in trajs for si, s in enumerate(t.steps)]
+    for s, ret in steps:
+        value = critic(torch.tensor([s.prompt_ids]))[0, len(s.prompt_ids) - 1].double()
+        loss = loss + 0.5 * (value - ret) ** 2 / len(steps)
+    loss.backward()
+    want = torch.cat([p.grad.flatten().double() for p in critic.parameters() if p.grad is not None])
+    critic.zero_grad(set_to_none=True)
+    policy_before = {k: v.clone() for k, v in trainer.policy.state_dict().items()}
+
+    def steps_taken(opt):
+        return [int(st["step"]) for st in opt.state.values()]
+
+    m = trainer.iteration(0)
+    assert all(torch.equal(v, trainer.policy.state_dict()[k]) for k, v in policy_before.items())
+    assert steps_taken(trainer.opt) == [] and trainer.sched.last_epoch == 0
+    assert set(steps_taken(trainer.copt)) == {3} and "grad_norm" not in m and m["critic_grad_norm"] > 0
+    got = torch.cat([p.grad.flatten().double() for p in critic.parameters() if p.grad is not None])
+    assert float((got - want).norm() / want.norm()) < 1e-4
+    m = trainer.iteration(1)
+    assert set(steps_taken(trainer.opt)) == {1} and set(steps_taken(trainer.copt)) == {6} and m["grad_norm"] > 0
+
+
+def test_reward_moments_run_over_iterations_and_resume(tmp_path, tok_dir):
+    """algo.normalize_reward: the running (count, sum, sum of squares) add every iteration's step rewards
+    (float64 sums of the hand-made batch, twice) and come back from the checkpoint on resume."""
+    from test_update_textbook import hand_trajs
+
+    trajs = hand_trajs(append_only=False)
+    rewards = [s.reward for t in trajs for s in t.steps]
+    args = [f"run.dir={tmp_path / 'run'}", f"model.tokenizer={tok_dir}", "algo.normalize_reward=std",
+            "train.steps=2", "log.tensorboard=false", "log.trajectories=false"]
+    trainer = Trainer(load_config(SMOKE, args))
+    trainer.rollout = lambda it: trajs
+    trainer.fit()
+    want = [2.0 * len(rewards), 2.0 * sum(rewards), 2.0 * sum(r * r for r in rewards)]
+    assert trainer.reward_moments.tolist() == pytest.approx(want, rel=1e-12)
+    resumed = Trainer(load_config(SMOKE, args + ["run.resume=true", "train.steps=3"]))
+    assert resumed.start == 2 and resumed.reward_moments.tolist() == pytest.approx(want, rel=1e-12)
