@@ -26,6 +26,7 @@ import math
 import os
 import types
 import typing
+import warnings
 from dataclasses import dataclass, field
 
 import yaml
@@ -566,25 +567,38 @@ def validate(cfg: Config, origin: dict | None = None):
         raise ConfigError(f"config key {name('rollout.max_new_tokens')} must be below env.max_context "
                           f"({cfg.env.max_context}{origin.get('env.max_context', ', the default')}), which also "
                           f"holds the prompt; got {cfg.rollout.max_new_tokens}")
-    _validate_algo(cfg, name, fail)
+    _validate_algo(cfg, origin, name, fail)
 
 
-def _validate_algo(cfg: Config, name, fail):
-    """The algo.* rules, read from the estimator and loss tables: a key that the chosen estimator or loss
-    does not read, set away from its default, is refused (it would be ignored without a word)."""
+def _validate_algo(cfg: Config, origin: dict, name, fail):
+    """The algo.* rules, read from the estimator and loss tables.
+
+    A key that the chosen estimator or loss does not read, set away from its
+    default, would be ignored without a word: it is refused, unless the choice
+    was made in another place than the key (a later file or the command line
+    switched the estimator of a base config, e.g. `gsm8k_tool.yaml` with
+    `algo.advantage=grpo`); then the base's setting is dormant, and a warning
+    names it.
+    """
     a, default = cfg.algo, Algo()
     estimator, loss = ESTIMATORS[a.advantage], POLICY_LOSSES[a.policy_loss]
 
-    def refuse_unread(keys, read, chosen):
+    def refuse_unread(keys, read, choice_key, chosen):
         for k in keys:
-            if k not in read and getattr(a, k) != getattr(default, k):
-                raise ConfigError(f"config key {name('algo.' + k)} does not apply to {chosen}; remove it or set "
-                                  f"it to its default {getattr(default, k)!r}, got {getattr(a, k)!r}")
+            if k in read or getattr(a, k) == getattr(default, k):
+                continue
+            msg = f"config key {name('algo.' + k)} does not apply to {chosen}"
+            where, choice_where = origin.get("algo." + k), origin.get(choice_key)
+            if choice_where is not None and where not in (None, COMMAND_LINE) and where != choice_where:
+                warnings.warn(f"{msg}{choice_where}; ignored", stacklevel=4)
+                continue
+            raise ConfigError(f"{msg}; remove it or set it to its default {getattr(default, k)!r}, "
+                              f"got {getattr(a, k)!r}")
 
     chosen = f"algo.advantage={a.advantage}"
-    refuse_unread(sorted({k for e in ESTIMATORS.values() for k in e.keys}), estimator.keys, chosen)
-    refuse_unread(CRITIC_KEYS, CRITIC_KEYS if estimator.needs_critic else (), f"{chosen} (no critic)")
-    refuse_unread(sorted({k for p in POLICY_LOSSES.values() for k in p.keys}), loss.keys,
+    refuse_unread(sorted({k for e in ESTIMATORS.values() for k in e.keys}), estimator.keys, "algo.advantage", chosen)
+    refuse_unread(CRITIC_KEYS, CRITIC_KEYS if estimator.needs_critic else (), "algo.advantage", f"{chosen} (no critic)")
+    refuse_unread(sorted({k for p in POLICY_LOSSES.values() for k in p.keys}), loss.keys, "algo.policy_loss",
                   f"algo.policy_loss={a.policy_loss}")
     if "reward_level" in estimator.keys and a.reward_level == "trajectory" and a.gamma != default.gamma:
         raise ConfigError(f"config key {name('algo.gamma')} discounts step rewards: it needs algo.reward_level=step "

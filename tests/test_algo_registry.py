@@ -61,6 +61,17 @@ def test_keys_that_do_not_apply_are_refused(overrides, key):
     assert "\n" not in msg and f"'{key}'" in msg and "(command line)" in msg
 
 
+def test_a_later_layer_that_switches_the_estimator_leaves_the_base_keys_dormant_with_a_warning():
+    """gsm8k_tool.yaml sets lam and vf_coef for its PPO; `algo.advantage=grpo` on the command line (the README's
+    GRPO run) switches the estimator, so those are dormant: a warning names them, the run starts."""
+    base = os.path.join(ROOT, "configs", "gsm8k_tool.yaml")
+    with pytest.warns(UserWarning, match=r"'algo.lam' in .*gsm8k_tool.yaml:\d+ does not apply") as record:
+        cfg = load_config(base, ["algo.advantage=grpo"])
+    assert cfg.algo.advantage == "grpo" and any("algo.vf_coef" in str(w.message) for w in record)
+    with pytest.raises(ConfigError, match="'algo.lam' \\(command line\\) does not apply"):
+        load_config(base, ["algo.advantage=grpo", "algo.lam=0.9"])  # set with the choice: refused
+
+
 def test_keys_that_apply_are_accepted():
     load_config(SMOKE, ["algo.advantage=grpo", "algo.reward_level=step", "algo.gamma=0.9", "algo.whiten=true"])
     load_config(SMOKE, ["algo.policy_loss=cispo", "algo.clip_low=1.0", "algo.clip_high=0.28", "algo.tis_cap=2"])

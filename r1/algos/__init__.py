@@ -1,8 +1,11 @@
-"""RL algorithms as pure tensor functions: advantages (advantages.py) and losses (losses.py).
+"""RL algorithms as pure tensor functions: advantages (advantages.py), losses (losses.py, cispo.py),
+reward normalisation (reward_norm.py), and the two tables that name them for the config.
 
-Nothing here holds state or reads config; the trainer maps `algo.*` keys to
-these calls (docs/algorithms.md has the formulas and the recipe table). The
-names are re-exported so `from r1.algos import grpo, ppo_policy_loss` works.
+The math holds no state and reads no config. `estimators.ESTIMATORS` and
+`policy_losses.POLICY_LOSSES` map `algo.advantage` / `algo.policy_loss` to a
+function plus the flags the trainer reads (docs/algorithms.md has the
+formulas, the recipe table and how to add an entry). The math names are
+re-exported so `from r1.algos import grpo, ppo_policy_loss` works.
 """
 
 from r1.algos.advantages import (
@@ -14,10 +17,13 @@ from r1.algos.advantages import (
     reinforce_pp,
     rloo,
     step_gae,
+    subtract_group_mean,
     token_gae,
     unflatten_steps,
     whiten,
+    whiten_moments,
 )
+from r1.algos.cispo import cispo_policy_loss
 from r1.algos.losses import (
     aggregate,
     entropy_bonus,
@@ -32,6 +38,7 @@ from r1.algos.losses import (
 __all__ = [
     "aggregate",
     "broadcast_to_steps",
+    "cispo_policy_loss",
     "clip_advantages",
     "discounted_returns",
     "entropy_bonus",
@@ -45,8 +52,10 @@ __all__ = [
     "rloo",
     "segment_sum",
     "step_gae",
+    "subtract_group_mean",
     "token_gae",
     "unflatten_steps",
     "value_loss",
     "whiten",
+    "whiten_moments",
 ]
