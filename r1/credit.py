@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from r1.algos import advantages as A
+from r1.algos.advantages import clip_advantages, whiten
 from r1.algos.estimators import ESTIMATORS, CreditInputs
 from r1.algos.losses import kl_penalty
 
@@ -68,13 +68,13 @@ def compute(batch: CreditInputs, algo) -> Credit:
             step_reward -= algo.kl_coef * torch.zeros_like(step_reward).index_add_(0, batch.tok_step, kl)
     batch = dataclasses.replace(batch, step_reward=step_reward, tok_reward=tok_reward)
     if batch.num_steps:
-        adv_tok, target = estimator.fn(batch, algo)
-        adv_tok = adv_tok.double()
+        advantages, value_target = estimator.fn(batch, algo)
+        advantages = advantages.double()
     else:  # nothing to estimate on this rank; it still joins the whitening below
-        adv_tok = torch.zeros(0, dtype=torch.float64)
-        target = torch.zeros(0) if estimator.target else None
+        advantages = torch.zeros(0, dtype=torch.float64)
+        value_target = torch.zeros(0) if estimator.target else None
     if estimator.whitens or algo.whiten:
-        adv_tok = A.whiten(adv_tok, batch.mask, all_sum=batch.all_sum)
+        advantages = whiten(advantages, batch.mask, all_sum=batch.all_sum)
     if algo.adv_clip:
-        adv_tok = A.clip_advantages(adv_tok, algo.adv_clip)
-    return Credit((adv_tok * batch.mask).float(), target, estimator.target, kl)
+        advantages = clip_advantages(advantages, algo.adv_clip)
+    return Credit((advantages * batch.mask).float(), value_target, estimator.target, kl)

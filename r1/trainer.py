@@ -8,11 +8,15 @@ One iteration:
    logprobs (and the sampler-trainer logprob gap, logged), the reference's
    logprobs, the critic's values (at each step's last prompt token for
    step-level GAE, at every sampled token for token-level GAE);
-3. advantages (r1/credit.py -> r1/algos);
-4. `ppo_epochs` passes over `minibatches` optimizer steps, each a sum of
-   packed micro-batches (gradient accumulation) normalised by counts taken
-   over the whole mini-batch on every rank, so the update does not depend
-   on how tokens are split; non-finite losses or gradients skip the update;
+3. credit: advantages and critic targets (r1/credit.py, with the estimator
+   of r1/algos/estimators.ESTIMATORS; batch statistics are global);
+4. update: `ppo_epochs` policy passes (and `vf_epochs` critic passes; the
+   critic alone during `critic_warmup`) over `minibatches` optimizer steps,
+   each a sum of packed micro-batches (gradient accumulation) normalised by
+   counts taken over the whole mini-batch on every rank, so the update does
+   not depend on how tokens are split; the policy loss is the
+   r1/algos/policy_losses.POLICY_LOSSES entry; non-finite losses or
+   gradients skip the update;
 5. metrics (reduced over ranks, so rank 0 logs the global batch's numbers),
    trajectories, checkpoint.
 

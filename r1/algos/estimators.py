@@ -30,7 +30,9 @@ from typing import Callable
 
 import torch
 
-from r1.algos import advantages as A
+from r1.algos.advantages import (discounted_returns, grpo as grpo_advantages, rloo as rloo_advantages,
+                                 step_gae as step_gae_advantages, subtract_group_mean,
+                                 token_gae as token_gae_advantages)
 
 
 @dataclass
@@ -92,7 +94,7 @@ class CreditInputs:
     def returns_to_go(self, gamma: float) -> torch.Tensor:
         """[K] float64 G_t = r_t + gamma * G_{t+1} within each trajectory (0 after its last step)."""
         rewards, step_mask = self.pad_steps(self.step_reward.double())
-        return A.discounted_returns(rewards, step_mask, gamma)[self.step_traj, self.step_index]
+        return discounted_returns(rewards, step_mask, gamma)[self.step_traj, self.step_index]
 
 
 @dataclass(frozen=True)
@@ -106,12 +108,17 @@ class Estimator:
     zero_on_uniform_groups: bool = False  # a group with one total reward gets exactly 0 (drop_uniform_groups)
     keys: tuple = ()  # the algo.* keys it reads; a key of another estimator set away from its default is refused
 
+    def __post_init__(self):
+        if self.needs_critic != (self.target in ("step", "token")):
+            raise ValueError(f"Estimator({self.fn.__name__}): a critic needs target 'step' or 'token' and only a "
+                             f"critic has one; got needs_critic={self.needs_critic} target={self.target!r}")
+
 
 def step_gae(batch: CreditInputs, algo):
     """Agent-R1 step-level GAE: one value and one reward per step; every token of step t gets A_t."""
     rewards, step_mask = batch.pad_steps(batch.step_reward)
     values, _ = batch.pad_steps(batch.step_value.double())
-    adv, ret = A.step_gae(rewards, values, step_mask, algo.gamma, algo.lam)
+    adv, ret = step_gae_advantages(rewards, values, step_mask, algo.gamma, algo.lam)
     return adv[batch.tok_traj, batch.step_index[batch.tok_step]], ret[batch.step_traj, batch.step_index].float()
 
 
@@ -126,7 +133,7 @@ def token_gae(batch: CreditInputs, algo):
     rewards, order, col = batch.pad_tokens(tok_reward)
     values, _, _ = batch.pad_tokens(batch.tok_value.double())
     token_mask, _, _ = batch.pad_tokens(batch.mask.double())
-    adv, ret = A.token_gae(rewards, values, token_mask, algo.gamma, algo.lam)
+    adv, ret = token_gae_advantages(rewards, values, token_mask, algo.gamma, algo.lam)
     adv_tok = torch.empty(batch.tok_step.numel(), dtype=torch.float64)
     ret_tok = torch.empty_like(adv_tok)
     adv_tok[order] = adv[batch.tok_traj[order], col]
@@ -149,12 +156,12 @@ def scores_by_level(batch: CreditInputs, algo):
 
 def grpo(batch: CreditInputs, algo):
     scores, group_ids, unit = scores_by_level(batch, algo)
-    return A.grpo(scores, group_ids, std_norm=algo.grpo_std_norm)[unit], None
+    return grpo_advantages(scores, group_ids, std_norm=algo.grpo_std_norm)[unit], None
 
 
 def rloo(batch: CreditInputs, algo):
     scores, group_ids, unit = scores_by_level(batch, algo)
-    return A.rloo(scores, group_ids)[unit], None
+    return rloo_advantages(scores, group_ids)[unit], None
 
 
 def reinforce_pp(batch: CreditInputs, algo):
@@ -166,7 +173,7 @@ def reinforce_pp(batch: CreditInputs, algo):
 def reinforce_pp_baseline(batch: CreditInputs, algo):
     """REINFORCE++-baseline: scores minus their group's mean, then whitened over the global batch."""
     scores, group_ids, unit = scores_by_level(batch, algo)
-    return A.subtract_group_mean(scores, group_ids)[unit], None
+    return subtract_group_mean(scores, group_ids)[unit], None
 
 
 GROUP_KEYS = ("reward_level", "gamma")  # gamma discounts step rewards (reward_level=step) only
