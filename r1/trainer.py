@@ -38,7 +38,11 @@ from r1.packing import collate, filler, sequences, split_by_tokens, step_order
 from r1.rollout import AgentEnvLoop
 from r1.tasks.data import epoch_order, load_rows
 from r1.tokenizer import load_tokenizer
-from r1.trajectory import iter_path, save as save_trajs
+from r1.trajectory import check_episodes, iter_path, save as save_trajs
+
+
+class TrainingStopped(RuntimeError):
+    """Training cannot usefully go on (e.g. a policy whose every sample is NaN): train.py prints one line."""
 
 
 def resolve_dtype(cfg: Config, device) -> torch.dtype:
@@ -288,7 +292,26 @@ class Trainer:
         self.rollout_model.eval()
         mine = self.prompts_for(it)
         groups = range(self.d.rank, self.cfg.rollout.prompts, self.d.world)  # global prompt indices of `mine`
-        return self.loop.run(mine, r.n, policy_version=it, uid_prefix=f"{it}-", groups=groups)
+        return self.check_episodes(self.loop.run(mine, r.n, policy_version=it, uid_prefix=f"{it}-", groups=groups), it)
+
+    def check_episodes(self, trajs: list, it: int) -> list:
+        """One bad episode (non-finite sampler logprobs, token ids outside the vocabulary, a non-finite
+        reward) is finished at its bad step with the reason as its termination (trajectory.check_episodes),
+        and the batch goes on. When every episode of the global batch had non-finite logprobs or bad
+        ids, the policy itself is broken (NaN weights or logits): stop with one line instead of training on
+        nothing for the rest of the run."""
+        bad = check_episodes(trajs, self.model_cfg.vocab_size)
+        broken = sum(1 for _, why in bad if why != "nonfinite_reward")
+        n = distributed.all_sum(torch.tensor([float(len(bad)), float(broken), float(len(trajs))]), self.d)
+        if n[0] > 0 and self.d.main:
+            warnings.warn(f"iteration {it + 1}: {int(n[0])} of {int(n[2])} episodes finished early as invalid "
+                          f"(first: {bad[0][0] if bad else 'on another rank'}: {bad[0][1] if bad else ''}); "
+                          f"see their termination in the trajectories")
+        if n[2] > 0 and n[1] == n[2]:
+            raise TrainingStopped(f"iteration {it + 1}: every episode's sampler logprobs were non-finite or its "
+                                  f"token ids outside the vocabulary: the policy's weights or logits are not finite; "
+                                  f"stopped (run.resume=true goes on from the last checkpoint)")
+        return trajs
 
     def autocast(self):
         on = self.device.type == "cuda" and self.d.world == 1
@@ -385,7 +408,7 @@ class Trainer:
         if cfg.log.trajectories:
             all_trajs = distributed.gather_objects(played, self.d)
             if self.d.main:
-                save_trajs([t for ts in all_trajs for t in ts], iter_path(cfg.run.dir, it + 1))
+                save_trajs([t for ts in all_trajs for t in ts], iter_path(cfg.run.dir, it + 1), tokenizer=self.tok)
         return metrics
 
     def rollout_metrics(self, trajs) -> dict:
