@@ -35,6 +35,7 @@ import contextlib
 import hashlib
 import io
 import json
+import logging
 import os
 import pickle
 import re
@@ -45,6 +46,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint._traverse import set_element
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
@@ -96,10 +98,16 @@ def complete(run_dir: str) -> list:
 
 @contextlib.contextmanager
 def _quiet():
-    """DCP warns on every single-process save/load that it assumes one process, which is the point."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="torch.distributed is (disabled, )?unavailable or uninitialized")
-        yield
+    """DCP warns on every single-process save/load that it assumes one process, which is the point; and it
+    logs its own tracebacks for a failure that reaches the caller anyway (then said in one line)."""
+    before = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="torch.distributed is (disabled, )?unavailable or uninitialized")
+            yield
+    finally:
+        logging.disable(before)
 
 
 def _state(models: dict, optims: dict, scheds: dict) -> dict:
@@ -243,7 +251,7 @@ def save(run_dir: str, iteration: int, models: dict, optims: dict, scheds: dict,
                     "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}, buf)
         with open(os.path.join(tmp, f"rng_rank{d.rank}.pt"), "wb") as f:
             f.write(buf.getvalue())
-    except Exception as e:  # noqa: BLE001 - any write failure becomes one line below, on every rank
+    except (Exception, CheckpointException) as e:  # noqa: BLE001 - any write failure: one line below, every rank
         failed = e
     if all_max(float(failed is not None), d) > 0:
         if d.main:
@@ -309,6 +317,18 @@ def load(path: str, models: dict, optims: dict, scheds: dict, d, verified: bool 
     return extra
 
 
+def _reason(e: BaseException) -> str:
+    """One line for a failed load; DCP wraps the real error of each rank in a CheckpointException."""
+    if isinstance(e, CheckpointException):
+        inner = [f for f in getattr(e, "failures", {}).values() if isinstance(f, BaseException)]
+        text = str(inner[0]) if inner else str(e)
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith((" ", "Traceback"))]
+        text = lines[-1] if lines else text
+    else:
+        text = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    return text[:200]
+
+
 def resume(run_dir: str, models: dict, optims: dict, scheds: dict, d) -> tuple:
     """Load the newest usable checkpoint: (path, extra). A damaged one is skipped loudly for an older one;
     CheckpointError when there is none (listing what was wrong with each)."""
@@ -323,8 +343,8 @@ def resume(run_dir: str, models: dict, optims: dict, scheds: dict, d) -> tuple:
         if not bad:
             try:
                 return path, load(path, models, optims, scheds, d, verified=True)
-            except Exception as e:  # noqa: BLE001 - e.g. refused by the safe unpickler, or not this model
-                problem = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+            except (Exception, CheckpointException) as e:  # noqa: BLE001 - refused by a safe reader, not this model
+                problem = _reason(e)
         tried.append(f"{os.path.basename(path)}: {problem or 'damaged on another rank'}")
         warnings.warn(f"checkpoint {path} is not usable ({tried[-1].split(': ', 1)[1]}); trying the previous one")
     if not tried:
