@@ -281,7 +281,13 @@ def save(run_dir: str, iteration: int, models: dict, optims: dict, scheds: dict,
 
 
 def _load_rng(path: str):
-    r = torch.load(path, weights_only=True)  # tensors, lists and None only: no code
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's note on the pickle protocol of a refused file
+            r = torch.load(path, weights_only=True)  # tensors, lists and None only: no code
+    except pickle.UnpicklingError:
+        raise ValueError(f"{os.path.basename(path)} holds more than tensors (refused: unpickling it could run "
+                         f"code)") from None
     if not isinstance(r, dict) or not torch.is_tensor(r.get("torch")) or r["torch"].dtype != torch.uint8:
         raise ValueError(f"{path}: not an RNG state")
     torch.set_rng_state(r["torch"])
@@ -319,7 +325,10 @@ def load(path: str, models: dict, optims: dict, scheds: dict, d, verified: bool 
 
 def _reason(e: BaseException) -> str:
     """One line for a failed load; DCP wraps the real error of each rank in a CheckpointException."""
-    if isinstance(e, CheckpointException):
+    refused = re.search(r"[^;:]* references [^;]*?\(refused: unpickling it could run code\)", str(e))
+    if refused:
+        text = refused.group(0).strip()
+    elif isinstance(e, CheckpointException):
         inner = [f for f in getattr(e, "failures", {}).values() if isinstance(f, BaseException)]
         text = str(inner[0]) if inner else str(e)
         lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith((" ", "Traceback"))]
