@@ -405,14 +405,15 @@ def test_ctrl_c_is_a_clean_stop_that_says_how_to_resume(base_run, tmp_path, caps
     assert resumed(run, "train.steps=5").start == 3
 
 
-def test_empty_run_dir_is_a_config_error(tmp_path, monkeypatch):
+def test_empty_run_dir_is_a_config_error(tmp_path, monkeypatch, capsys):
     """main: `run.dir=` skipped the not-empty guard and wrote config.yaml and metrics.jsonl into the cwd."""
     import train
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as e:
         train.main(["--config", SMOKE, "run.dir="])
-    assert "'run.dir'" in str(e.value.code) and "non-empty" in str(e.value.code)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "'run.dir'" in err and "non-empty" in err
     assert os.listdir(tmp_path) == []
 
 
