@@ -45,7 +45,14 @@ def main(argv=None):
     except USER_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    res = evaluate(trainer, rows, cfg, out_dir=out)
+    except KeyboardInterrupt:
+        print("interrupted while starting; no results were written", file=sys.stderr)
+        sys.exit(130)
+    try:
+        res = evaluate(trainer, rows, cfg, out_dir=out)
+    except KeyboardInterrupt:
+        print(f"interrupted: no results were written to {out}", file=sys.stderr)
+        sys.exit(130)
     res["model"] = path
     res["task"] = cfg.data.task
     if trainer.d.main:
@@ -60,4 +67,10 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except SystemExit as e:  # user errors exit with status 2, as in train.py
+        if isinstance(e.code, str):
+            print(e.code, file=sys.stderr)
+            sys.exit(2)
+        raise

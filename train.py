@@ -5,12 +5,18 @@ first runs an SFT warm-up on the task's expert chats in run.dir/sft/ (r1/sft.py)
 and starts RL from that policy, all in one command that `run.resume=true`
 continues at any point. train.stage=sft runs SFT alone.
 
-Exit codes: 0 done, 2 a user error (config, paths, data, model, a run folder
-in the way: one `error:` line), 130 stopped with Ctrl-C, 1 a failure during training.
+Exit codes (the same for eval.py): 0 done; 2 a user error found at start
+(config, paths, data, model, a run folder in the way or resumed with another
+config: one `error:` line, nothing written); 130 stopped with Ctrl-C (one
+line saying which iteration the run resumes from, and the command); 1 a
+failure during training (one `error:` line for a full disk, a checkpoint that
+could not be written or a policy whose every sample is NaN; other failures
+keep their traceback).
 """
 import argparse
 import gc
 import os
+import shlex
 import sys
 
 from r1.config import USER_ERRORS, ConfigError, describe, dump, load_config
@@ -80,6 +86,7 @@ def main(argv=None):
     p.add_argument("--keys", action="store_true", help="list every config key with its default and meaning")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. train.steps=4 algo.advantage=grpo")
     a = p.parse_args(argv)
+    a.argv = list(sys.argv[1:] if argv is None else argv)
     if a.keys:
         print(describe())
         return
@@ -89,6 +96,47 @@ def main(argv=None):
         fail(e)
     if int(os.environ.get("RANK", "0")) == 0:
         print(dump(cfg), flush=True)
+    try:
+        run(cfg, a)
+    except KeyboardInterrupt:
+        sys.exit(_interrupted(cfg, a))
+    except Exception as e:  # noqa: BLE001 - the known failures of a run get one line, the rest their traceback
+        if not _one_line_failure(e):
+            raise
+        print(f"error: {'no space left on device: ' if isinstance(e, OSError) else ''}{e}", file=sys.stderr)
+        sys.exit(1)
+
+
+def _one_line_failure(e) -> bool:
+    from r1.atomic import describe_os_error
+    from r1.checkpoint import CheckpointError
+    from r1.trainer import TrainingStopped
+
+    if isinstance(e, OSError):
+        return describe_os_error(e) == "no space left on device"
+    return isinstance(e, (CheckpointError, TrainingStopped))
+
+
+def _interrupted(cfg, a) -> int:
+    """Ctrl-C: one line saying what is kept and how to go on; no traceback. Exit status 130."""
+    from r1 import checkpoint
+
+    if int(os.environ.get("RANK", "0")) == 0:
+        last = checkpoint.latest(cfg.run.dir)
+        sft = None if last else checkpoint.latest(os.path.join(cfg.run.dir, "sft"))
+        args = shlex.join(x for x in a.argv if not x.startswith("run.resume="))
+        if last is None and sft is None:
+            print(f"interrupted before any checkpoint of {cfg.run.dir} was written; nothing to resume", file=sys.stderr)
+        else:
+            it = int(os.path.basename(last or sft).split("_")[1])
+            where = f"iteration {it}" if last else f"SFT step {it}"
+            print(f"interrupted: {cfg.run.dir} resumes from {where} with: python train.py {args} run.resume=true",
+                  file=sys.stderr, flush=True)
+    return 130
+
+
+def run(cfg, a):
+    from r1.checkpoint import CheckpointError
     from r1.sft import train_sft
 
     if cfg.train.stage == "sft" or cfg.train.sft_steps:
@@ -99,7 +147,7 @@ def main(argv=None):
                 sft = setup_sft(cfg)
             else:
                 sft = sft_phase(cfg)
-        except USER_ERRORS as e:  # set-up errors (paths, models, tokenizer, data) are the user's: one line, exit 2
+        except (*USER_ERRORS, CheckpointError) as e:  # set-up errors are the user's: one line, exit 2
             fail(e)
         if sft is not None:
             train_sft(sft)  # a failure during training keeps its traceback
@@ -113,7 +161,7 @@ def main(argv=None):
         from r1.trainer import Trainer
 
         job = Trainer(cfg)
-    except USER_ERRORS as e:
+    except (*USER_ERRORS, CheckpointError) as e:
         fail(e)
     if cfg.eval.every and job.start == 0:
         eval_before(job, cfg)
@@ -138,4 +186,10 @@ def eval_before(job, cfg):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except SystemExit as e:  # a user error raised as SystemExit("error: ...") exits with status 2
+        if isinstance(e.code, str):
+            print(e.code, file=sys.stderr)
+            sys.exit(2)
+        raise

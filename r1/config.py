@@ -54,6 +54,10 @@ class Run:
     """Seed for sampling, data order and model init."""
     device: str = "auto"
     """auto (cuda if available, else cpu), cpu or cuda."""
+    allow_config_change: bool = False
+    """With run.resume=true: go on even though the config differs from the run's saved config.yaml in keys that
+    change what the run is (algorithm, model, learning rate, ...); the change is printed and the old file kept
+    as config.<n>.yaml. Without it such a resume is refused, listing the differences."""
     dtype: str = "auto"
     """Generator (rollout) dtype: auto (bfloat16 on cuda, float32 on cpu). Training keeps float32 master weights and computes in bf16 on CUDA (autocast on one GPU, FSDP mixed precision on several)."""
 
@@ -225,6 +229,9 @@ class Train:
     """SFT: conversations per optimizer step."""
     checkpoint_every: int = 1
     """Save a checkpoint every N iterations (and at the end)."""
+    keep_checkpoints: int = 2
+    """Checkpoints kept in run.dir/checkpoints (>= 1). Older ones are deleted only after a newer one is written,
+    checksummed and named by `latest`; 2 leaves a fallback if the newest is later found damaged."""
     time_limit: float = 0.0
     """RL: stop after the iteration that passes this many seconds of this process's training
     (0 = no limit); the run then checkpoints and exports hf/ as at its last step, and
@@ -298,8 +305,21 @@ BOUNDS = {
     "train.weight_decay": (0.0, None), "train.grad_clip": (0.0, None), "train.micro_tokens": (1, None),
     "train.sft_batch": (1, None), "train.sft_steps": (0, None), "train.sft_lr": (0.0, None),
     "env.format_reward": (0.0, None), "env.tool_success_reward": (0.0, None), "train.checkpoint_every": (1, None), "train.time_limit": (0.0, None),
+    "train.keep_checkpoints": (1, None),
     "eval.every": (0, None), "eval.limit": (0, None), "eval.n": (1, None), "eval.temperature": (0.0, None),
 }
+# Upper bounds on sizes, far above any real run (a 1M-token context, 64k slots) but low enough that a typo
+# (`rollout.slots=10000000000`) is a config error naming the key instead of an allocation failure later.
+HUGE = 2**20
+for _key, _high in {"model.tiny_layers": 1024, "model.tiny_hidden": 65536, "data.level": 1000,
+                    "data.train_size": 10**9, "data.test_size": 10**9, "env.max_steps": 100_000,
+                    "env.max_context": HUGE, "rollout.prompts": HUGE, "rollout.n": 65536,
+                    "rollout.max_new_tokens": HUGE, "rollout.top_k": HUGE, "rollout.slots": 65536,
+                    "rollout.cache_len": HUGE, "algo.ppo_epochs": 10_000, "algo.minibatches": HUGE,
+                    "train.steps": 10**9, "train.warmup": 10**9, "train.micro_tokens": 2**24,
+                    "train.sft_batch": HUGE, "train.sft_steps": 10**9, "train.checkpoint_every": 10**9, "train.keep_checkpoints": 10_000,
+                    "eval.every": 10**9, "eval.limit": 10**9, "eval.n": 65536}.items():
+    BOUNDS[_key] = (BOUNDS.get(_key, (None, None))[0], _high)
 
 NULLS = ("null", "Null", "NULL", "~", "None", "none")  # null, in a file or on the command line
 COMMAND_LINE = " (command line)"
@@ -531,8 +551,13 @@ def validate(cfg: Config, origin: dict | None = None):
 
     for key, (low, high) in BOUNDS.items():
         value = get(cfg, key)
-        if (low is not None and value < low) or (high is not None and value > high):
-            fail(key, f">= {low}" if high is None else f"<= {high}" if low is None else f"in [{low}, {high}]")
+        if low is not None and value < low:
+            fail(key, f">= {low}" if high is None or high >= 1000 else f"in [{low}, {high}]")
+        if high is not None and value > high:
+            fail(key, f"<= {high}" if low is None or high >= 1000 else f"in [{low}, {high}]")
+    for key in ("run.dir", "eval.split"):
+        if not get(cfg, key).strip():  # `run.dir=` would write into the current folder
+            fail(key, "a non-empty path" if key == "run.dir" else "a split name")
     if not 0 < cfg.rollout.top_p <= 1:
         fail("rollout.top_p", "in (0, 1]")
     if cfg.algo.log_ratio_clamp <= 0:

@@ -49,7 +49,7 @@ def evaluate(trainer, rows, cfg, out_dir=None) -> dict:
         all_greedy = [t for part in distributed.gather_objects(greedy, d) for t in part]
         if d.main:
             os.makedirs(out_dir, exist_ok=True)
-            save_trajs(all_greedy, os.path.join(out_dir, "eval_trajectories.jsonl.gz"))
+            save_trajs(all_greedy, os.path.join(out_dir, "eval_trajectories.jsonl.gz"), tokenizer=trainer.tok)
             with open(os.path.join(out_dir, "eval.json"), "w") as f:
                 json.dump(res, f, indent=1)
     return res

@@ -1,12 +1,44 @@
 """Metrics out: one JSON line per iteration, tensorboard scalars, a progress bar.
 
-Only rank 0 writes. metrics.jsonl is appended and flushed every iteration
-so a crash loses at most the iteration in flight; on resume, lines of
-iterations after the checkpoint are dropped so the file matches the run.
+Only rank 0 writes. metrics.jsonl gets one line per iteration, written in
+one `write`, flushed and fsynced; if the write fails (a full disk) the file
+is cut back to its previous length, so it never keeps half a line. On resume
+the file is read back: lines of iterations after the checkpoint are dropped
+so the file matches the run, a partial last line (left by a crash or a
+machine that lost power mid-write) is dropped with a warning naming the
+file, and any other unreadable line is an error naming file:line. The kept
+lines are rewritten atomically (temp, fsync, rename).
 """
 import json
 import math
 import os
+import warnings
+
+from r1.atomic import write_text
+
+
+def read_back(path: str, upto: int) -> list:
+    """The lines of metrics.jsonl for iterations <= upto (see the module docstring)."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        lines = f.read().split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    keep = []
+    for i, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            if not isinstance(rec, dict) or not isinstance(rec.get("iter", 0), (int, float)):
+                raise ValueError("not an object with a numeric 'iter'")
+        except ValueError as e:
+            if i == len(lines):
+                warnings.warn(f"{path}:{i}: dropped a partial last line (a write was cut off): {line[:60]!r}")
+                continue
+            raise ValueError(f"{path}:{i}: not a metrics line ({str(e)[:80]}); delete or fix that line") from None
+        if rec.get("iter", 0) <= upto:
+            keep.append(line + "\n")
+    return keep
 
 try:
     from tqdm import tqdm
@@ -21,12 +53,8 @@ class Logger:
         self.tb = self.bar = None
         if not enabled:
             return
-        if start > 0 and os.path.exists(self.path):  # keep the lines of iterations the checkpoint covers
-            with open(self.path) as f:
-                keep = [ln for ln in f if ln.strip() and json.loads(ln).get("iter", 0) <= start]
-            with open(self.path + ".tmp", "w") as f:
-                f.writelines(keep)
-            os.replace(self.path + ".tmp", self.path)
+        if os.path.exists(self.path):  # keep the lines of iterations the checkpoint covers
+            write_text(self.path, "".join(read_back(self.path, start)))
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
@@ -39,8 +67,19 @@ class Logger:
             return
         clean = {k: (float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v) for k, v in metrics.items()}
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in clean.items()}
-        with open(self.path, "a") as f:
-            f.write(json.dumps({"iter": it, **clean}) + "\n")
+        line = memoryview((json.dumps({"iter": it, **clean}) + "\n").encode("utf-8"))
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            try:
+                while line:
+                    line = line[os.write(fd, line):]
+                os.fsync(fd)
+            except OSError:
+                os.ftruncate(fd, size)  # never leave half a line behind (a full disk)
+                raise
+        finally:
+            os.close(fd)
         if self.tb is not None:
             for k, v in clean.items():
                 if isinstance(v, float):

@@ -12,11 +12,27 @@ import os
 
 
 def read_metrics(run_dir: str) -> list:
+    """The metrics lines of a run; a partial last line (a run still writing, or cut off) is skipped with a
+    warning, any other bad line is a one-line error naming file:line."""
+    from r1.logger import read_back
+
     path = os.path.join(run_dir, "metrics.jsonl") if os.path.isdir(run_dir) else run_dir
     if not os.path.isfile(path):
         raise SystemExit(f"error: no metrics.jsonl at {path}")
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    try:
+        return [json.loads(line) for line in read_back(path, float("inf"))]
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
+
+
+def check_keys(runs: list, keys: list):
+    """A key no run has is a one-line error listing the keys the runs do have (not an empty panel)."""
+    rows = {run: read_metrics(run) for run in runs}
+    have = {k for rs in rows.values() for r in rs for k, v in r.items() if isinstance(v, (int, float)) and k != "iter"}
+    missing = [k for k in keys if k not in have]
+    if missing:
+        raise SystemExit(f"error: no run has {', '.join(map(repr, missing))} in its metrics.jsonl; keys: "
+                         f"{', '.join(sorted(have)) or 'none (no numeric metrics yet)'}")
 
 
 def series(rows: list, key: str) -> tuple:
@@ -32,6 +48,7 @@ def moving_average(y: list, n: int) -> list:
 
 
 def plot(runs: list, keys: list, out: str, smooth: int = 1):
+    check_keys(runs, keys)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -61,11 +78,25 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m r1.plot", description=__doc__.splitlines()[0])
     p.add_argument("runs", nargs="+", help="run folders (or metrics.jsonl files)")
     p.add_argument("--out", required=True, help="PNG to write")
-    p.add_argument("--keys", default="reward_mean,eval_accuracy")
+    p.add_argument("--keys", default=None, help="comma-separated metric keys (default: reward_mean and, where a "
+                   "run has it, eval_accuracy); a key no run has is an error")
     p.add_argument("--smooth", type=int, default=1, help="also draw a moving average over this many points")
     a = p.parse_args(argv)
-    print(plot(a.runs, a.keys.split(","), a.out, a.smooth))
+    if a.keys is None:
+        have = {k for run in a.runs for r in read_metrics(run) for k in r}
+        keys = ["reward_mean"] + (["eval_accuracy"] if "eval_accuracy" in have else [])
+    else:
+        keys = [k.strip() for k in a.keys.split(",") if k.strip()]
+    print(plot(a.runs, keys, a.out, a.smooth))
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    try:
+        main()
+    except SystemExit as e:  # one-line user errors exit with status 2, as train.py and eval.py do
+        if isinstance(e.code, str):
+            print(e.code, file=sys.stderr)
+            sys.exit(2)
+        raise

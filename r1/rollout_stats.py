@@ -22,13 +22,24 @@ def summarize(stats: list) -> dict:
     if n == 0:
         return {"n": 0}
     mean = lambda k: sum(s[k] for s in stats) / n  # noqa: E731
-    rewards = [s["reward"] for s in stats]
-    mu = sum(rewards) / n
+    mu, std = mean_std([float(s["reward"]) for s in stats])
     turns = sum(s["turns"] for s in stats)
-    out = {"n": n, "reward_mean": mu, "reward_std": math.sqrt(sum((r - mu) ** 2 for r in rewards) / n),
+    out = {"n": n, "reward_mean": mu, "reward_std": std,
            "accuracy": mean("correct"), "mean_turns": mean("turns"), "mean_tool_calls": mean("tool_calls"),
            "malformed_rate": sum(s["malformed_steps"] for s in stats) / max(turns, 1),
            "mean_response_len": mean("response_len")}
     for reason in sorted({s["termination"] for s in stats}):
         out[f"term_{reason}"] = sum(s["termination"] == reason for s in stats) / n
     return out
+
+
+def mean_std(xs: list) -> tuple:
+    """Mean and population std that never overflow or raise for finite inputs, however large (a reward of
+    1e200 squared is not representable): the mean sums x/n, the std is scaled by the largest deviation."""
+    n = len(xs)
+    mu = math.fsum(x / n for x in xs)
+    dev = [x - mu for x in xs]
+    scale = max((abs(d) for d in dev), default=0.0)
+    if scale == 0 or not math.isfinite(scale):
+        return mu, (0.0 if scale == 0 else scale)
+    return mu, scale * math.sqrt(math.fsum((d / scale) ** 2 for d in dev) / n)

@@ -29,13 +29,21 @@ plain messages the template can render:
     blocks joined by newlines.
 Parsing tool calls out of sampled text belongs to the environment, not here.
 
+Special-token text in message content (a GSM8K question holding `<|im_start|>assistant`, a tool
+result quoting one) never becomes a control token: `render_text` marks each such string in the
+content with private-use characters around its index, and `encode` turns a marked string into
+the plain tokens of its text (`split_special_tokens`), so the rendered prompt keeps the exact
+text and cannot forge a turn. Only the template's own special tokens are control tokens.
+
 GGUF tokenizers: transformers 5.x builds them with `eos_token` set to the BOS token
 (`integrations/ggml.py`, GPT2 converter), so we reset bos/eos/pad from the GGUF metadata.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -47,6 +55,10 @@ DUMMY_USER = "r1-dummy-user-8f3c"
 DUMMY_ASSISTANT = "r1-dummy-assistant-5b1e"
 PROBE = {"tool": "r1_probe_tool_2d7a", "call": "r1_probe_call_9e41", "arg": "r1-probe-arg-77c0",
          "result": "r1-probe-result-0a6d"}
+
+# A special-token string from message content, marked: LIT_OPEN + its index in ChatTokenizer.literals + LIT_CLOSE.
+LIT_OPEN, LIT_CLOSE = "\ue000", "\ue001"
+_LIT_RE = re.compile(LIT_OPEN + r"(\d{1,4})" + LIT_CLOSE)
 
 TOOLS_HEADER = ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
                 "You are provided with function signatures within <tools></tools> XML tags:\n<tools>")
@@ -103,6 +115,8 @@ class ChatTokenizer:
         self._close_ids = None  # encode(_close_text()), for close_turn_ids
         special = {i: t.content for i, t in hf.added_tokens_decoder.items() if t.special}
         self.special_tokens = set(special.values())
+        self.literals = sorted(self.special_tokens, key=len, reverse=True)  # longest first: none hides another
+        self._fingerprint = None
         stops = {self.eos_id, *extra_stop_ids}
         if hf.chat_template is not None:  # the end-of-turn token(s) the template closes turns with
             stops |= {i for i in self.encode(self._close_text()) if i in special}
@@ -110,8 +124,34 @@ class ChatTokenizer:
         self._native = None  # does the template render tools itself? probed on first use
 
     def encode(self, text: str) -> list[int]:
-        """Text -> ids, no BOS/EOS added. Special-token text (`<|im_end|>`) becomes that token."""
-        return self.hf.encode(text, add_special_tokens=False)
+        """Text -> ids, no BOS/EOS added. Special-token text (`<|im_end|>`) becomes that token, except where
+        render_text marked it as content: then it is the plain tokens of its text."""
+        if LIT_OPEN not in text:
+            return self.hf.encode(text, add_special_tokens=False)
+        out = []
+        for i, piece in enumerate(_LIT_RE.split(text)):
+            if i % 2 and int(piece) < len(self.literals):
+                out += self.hf.encode(self.literals[int(piece)], add_special_tokens=False, split_special_tokens=True)
+            elif i % 2:
+                out += self.hf.encode(LIT_OPEN + piece + LIT_CLOSE, add_special_tokens=False)
+            elif piece:
+                out += self.hf.encode(piece, add_special_tokens=False)
+        return out
+
+    def mark_literals(self, text: str) -> str:
+        """Content text with every special-token string marked as literal text (see the module docstring)."""
+        for k, t in enumerate(self.literals):
+            if t in text:
+                text = text.replace(t, f"{LIT_OPEN}{k}{LIT_CLOSE}")
+        return text
+
+    def fingerprint(self) -> dict:
+        """What identifies this tokenizer's ids: name, vocabulary size and a sha256 of the vocabulary."""
+        if self._fingerprint is None:
+            vocab = sorted(self.hf.get_vocab().items(), key=lambda kv: kv[1])
+            digest = hashlib.sha256(json.dumps(vocab, ensure_ascii=False).encode("utf-8")).hexdigest()
+            self._fingerprint = {"name": Path(self.name).name, "vocab_size": len(self.hf), "sha256": digest}
+        return self._fingerprint
 
     def decode(self, ids) -> str:
         return self.hf.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
@@ -127,6 +167,7 @@ class ChatTokenizer:
         uses_tools = bool(tools) or any(m["role"] == "tool" or m.get("tool_calls") for m in messages)
         if uses_tools and not self._native_tools():
             messages, tools = _hermes_messages(messages, tools), None
+        messages = [{**m, "content": self.mark_literals(m["content"])} for m in messages]
         return self.hf.apply_chat_template(messages, tools=tools or None, tokenize=False,
                                            add_generation_prompt=add_generation_prompt)
 

@@ -39,7 +39,7 @@ from r1.algos.estimators import ESTIMATORS
 from r1.algos.losses import aggregate, entropy_bonus, kl_penalty, value_loss
 from r1.algos.policy_losses import POLICY_LOSSES, PolicyInputs
 from r1.algos.reward_norm import normalize_rewards, reward_moments
-from r1.config import Config, save as save_config
+from r1.config import Config, ConfigError
 from r1.credit import Credit, CreditInputs, compute as compute_credit, informative_groups
 from r1.tasks.registry import make_env
 from r1.generate import Generator, Sampling
@@ -50,7 +50,11 @@ from r1.rollout import AgentEnvLoop
 from r1.rollout_stats import summarize, traj_stats
 from r1.tasks.data import epoch_order, load_rows
 from r1.tokenizer import load_tokenizer
-from r1.trajectory import iter_path, save as save_trajs
+from r1.trajectory import check_episodes, iter_path, save as save_trajs
+
+
+class TrainingStopped(RuntimeError):
+    """Training cannot usefully go on (e.g. a policy whose every sample is NaN): train.py prints one line."""
 
 
 def resolve_dtype(cfg: Config, device) -> torch.dtype:
@@ -77,15 +81,77 @@ def build_model(path: str, cfg: Config, tok, device, value_head=False, seed=0) -
     return Transformer.from_pretrained(path, dtype=torch.float32, device=device, value_head=value_head)
 
 
+# Keys that do not change what a run is (where it lives, how it is logged, how long it goes, how it is split
+# into memory-sized pieces): a resume may change them freely. Any other difference needs run.allow_config_change.
+RESUME_FREE = ("run.dir", "run.resume", "run.allow_config_change", "run.device", "log.", "eval.", "train.steps",
+               "train.time_limit", "train.checkpoint_every", "train.keep_checkpoints", "train.micro_tokens",
+               "train.activation_checkpointing", "rollout.slots")
+
+
+def config_changes(cfg: Config, saved_path: str, free=RESUME_FREE) -> list:
+    """["key old -> new", ...] between a run's saved config.yaml and `cfg`, ignoring keys in `free`
+    (a key the saved file lacks is compared with its default). Read with yaml.safe_load: no code."""
+    import yaml
+
+    from r1.config import Config as Defaults, to_dict
+
+    try:
+        with open(saved_path, encoding="utf-8") as f:
+            old = yaml.safe_load(f)
+        if not isinstance(old, dict):
+            raise ValueError("not a mapping of sections")
+    except (OSError, ValueError, yaml.YAMLError) as e:
+        raise ValueError(f"cannot read the run's saved config {saved_path}: {str(e).splitlines()[0][:120]}") from None
+    new, default = to_dict(cfg), to_dict(Defaults())
+    out = []
+    for section, fields in new.items():
+        before = old.get(section) if isinstance(old.get(section), dict) else {}
+        for name, value in fields.items():
+            key = f"{section}.{name}"
+            if any(key == f or (f.endswith(".") and key.startswith(f)) for f in free):
+                continue
+            was = before.get(name, default[section][name])
+            if was != value:
+                out.append(f"{key} {was!r} -> {value!r}")
+    return out
+
+
 def check_run_dir(cfg: Config):
-    """Refuse to overwrite a run. Every rank checks before any rank writes (see create_run_dir)."""
+    """Refuse to overwrite a run, or to resume it as something else. Every rank checks before any rank writes
+    (see create_run_dir); nothing here writes."""
     d = cfg.run.dir
+    if not d.strip():
+        raise ConfigError("run.dir is empty; name a folder for the run")
+    if os.path.exists(d) and not os.path.isdir(d):
+        raise ConfigError(f"run.dir {d} exists and is not a folder")
     # an RL run's own SFT phase (train.sft_steps) lives in run.dir/sft and is not another run
-    if os.path.exists(d) and set(os.listdir(d)) - ({"sft"} if cfg.train.sft_steps else set()) and not cfg.run.resume:
+    has_files = os.path.isdir(d) and bool(set(os.listdir(d)) - ({"sft"} if cfg.train.sft_steps else set()))
+    if has_files and not cfg.run.resume:
         raise SystemExit(f"error: run.dir {d} exists and is not empty; pass run.resume=true to continue it "
                          f"or choose another run.dir (nothing was overwritten)")
-    if cfg.run.resume and not checkpoint.latest(d) and os.path.exists(os.path.join(d, "metrics.jsonl")):
-        raise SystemExit(f"error: run.resume=true but {d} has no complete checkpoint to resume from")
+    parent = os.path.abspath(d)
+    while not os.path.exists(parent) and os.path.dirname(parent) != parent:
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise ConfigError(f"cannot create run.dir {d}: {parent} is a file, not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"cannot write run.dir {d}: {parent} is not writable")
+    if not cfg.run.resume:
+        return
+    if not checkpoint.complete(d):
+        metrics = os.path.join(d, "metrics.jsonl")
+        if os.path.isfile(metrics) and os.path.getsize(metrics) > 0:
+            raise SystemExit(f"error: run.resume=true but {d} has no complete checkpoint to resume from")
+        if int(os.environ.get("RANK", "0")) == 0:
+            print(f"run.resume=true: {d} has no checkpoint yet, so the run starts at iteration 0", flush=True)
+        return
+    saved = os.path.join(d, "config.yaml")
+    if os.path.isfile(saved):
+        changes = config_changes(cfg, saved)
+        if changes and not cfg.run.allow_config_change:
+            raise ConfigError(f"run.resume=true with a config that changes the run saved in {saved}: "
+                              f"{'; '.join(changes)}; resume with the same settings, or pass "
+                              f"run.allow_config_change=true to go on anyway")
 
 
 def create_run_dir(cfg: Config, dist_info):
@@ -94,12 +160,36 @@ def create_run_dir(cfg: Config, dist_info):
     Called after the models, tokenizer and data loaded, so a run that fails to
     start leaves nothing behind and the corrected command can reuse run.dir.
     The barrier keeps rank 1 from seeing rank 0's fresh folder as another run.
+    A resumed run's config.yaml is never overwritten silently: when the new
+    config differs at all, the old file is kept as config.<n>.yaml and one
+    line says what changed.
     """
+    from r1.atomic import describe_os_error, write_text
+    from r1.config import dump
+
     distributed.barrier(dist_info)
     if dist_info.main:
-        os.makedirs(os.path.join(cfg.run.dir, "checkpoints"), exist_ok=True)
-        os.makedirs(os.path.join(cfg.run.dir, "trajectories"), exist_ok=True)
-        save_config(cfg, os.path.join(cfg.run.dir, "config.yaml"))
+        path = os.path.join(cfg.run.dir, "config.yaml")
+        try:
+            os.makedirs(os.path.join(cfg.run.dir, "checkpoints"), exist_ok=True)
+            os.makedirs(os.path.join(cfg.run.dir, "trajectories"), exist_ok=True)
+            text = dump(cfg)
+            changes = config_changes(cfg, path, free=("run.resume",)) if os.path.isfile(path) else None
+            if changes == []:
+                text = None  # the same run: the saved file stays as it is
+            elif changes:
+                n = 1
+                while os.path.exists(os.path.join(cfg.run.dir, f"config.{n}.yaml")):
+                    n += 1
+                keep = os.path.join(cfg.run.dir, f"config.{n}.yaml")
+                os.replace(path, keep)
+                what = "run.allow_config_change=true: " if cfg.run.allow_config_change else ""
+                print(f"{what}config.yaml updated ({'; '.join(changes)}); the previous one is kept as {keep}",
+                      flush=True)
+            if text is not None:
+                write_text(path, text)
+        except OSError as e:
+            raise ConfigError(f"cannot write run.dir {cfg.run.dir}: {describe_os_error(e)}") from None
     distributed.barrier(dist_info)
 
 
@@ -181,10 +271,13 @@ class Trainer:
                              cuda_graphs=self.device.type == "cuda")
         self.loop = AgentEnvLoop(self.gen, self.tok, make_env(cfg, self.tok), cfg.rollout.max_new_tokens)
         self.start = 0
-        if cfg.run.resume and checkpoint.latest(cfg.run.dir):
-            extra = checkpoint.load(checkpoint.latest(cfg.run.dir), self.models, self.optims, self.scheds, self.d)
+        if cfg.run.resume and checkpoint.complete(cfg.run.dir):
+            path, extra = checkpoint.resume(cfg.run.dir, self.models, self.optims, self.scheds, self.d)
             self.start = int(extra["iteration"])
             self.reward_moments = torch.tensor(extra.get("reward_moments", [0.0, 0.0, 0.0]), dtype=torch.float64)
+            if self.d.main:
+                print(f"resuming {cfg.run.dir} from iteration {self.start} ({os.path.basename(path)}); "
+                      f"train.steps={cfg.train.steps}", flush=True)
         self.logger = Logger(cfg.run.dir, self.d.main, cfg.log.tensorboard, cfg.log.progress, cfg.train.steps, self.start)
 
     # -- data ----------------------------------------------------------------
@@ -213,7 +306,26 @@ class Trainer:
         self.rollout_model.eval()
         mine = self.prompts_for(it)
         groups = range(self.d.rank, self.cfg.rollout.prompts, self.d.world)  # global prompt indices of `mine`
-        return self.loop.run(mine, r.n, policy_version=it, uid_prefix=f"{it}-", groups=groups)
+        return self.check_episodes(self.loop.run(mine, r.n, policy_version=it, uid_prefix=f"{it}-", groups=groups), it)
+
+    def check_episodes(self, trajs: list, it: int) -> list:
+        """One bad episode (non-finite sampler logprobs, token ids outside the vocabulary, a non-finite
+        reward) is finished at its bad step with the reason as its termination (trajectory.check_episodes),
+        and the batch goes on. When every episode of the global batch had non-finite logprobs or bad
+        ids, the policy itself is broken (NaN weights or logits): stop with one line instead of training on
+        nothing for the rest of the run."""
+        bad = check_episodes(trajs, self.model_cfg.vocab_size)
+        broken = sum(1 for _, why in bad if why != "nonfinite_reward")
+        n = distributed.all_sum(torch.tensor([float(len(bad)), float(broken), float(len(trajs))]), self.d)
+        if n[0] > 0 and self.d.main:
+            warnings.warn(f"iteration {it + 1}: {int(n[0])} of {int(n[2])} episodes finished early as invalid "
+                          f"(first: {bad[0][0] if bad else 'on another rank'}: {bad[0][1] if bad else ''}); "
+                          f"see their termination in the trajectories")
+        if n[2] > 0 and n[1] == n[2]:
+            raise TrainingStopped(f"iteration {it + 1}: every episode's sampler logprobs were non-finite or its "
+                                  f"token ids outside the vocabulary: the policy's weights or logits are not finite; "
+                                  f"stopped (run.resume=true goes on from the last checkpoint)")
+        return trajs
 
     def autocast(self):
         on = self.device.type == "cuda" and self.d.world == 1
@@ -277,7 +389,7 @@ class Trainer:
         if cfg.log.trajectories:
             all_trajs = distributed.gather_objects(played, self.d)
             if self.d.main:
-                save_trajs([t for ts in all_trajs for t in ts], iter_path(cfg.run.dir, it + 1))
+                save_trajs([t for ts in all_trajs for t in ts], iter_path(cfg.run.dir, it + 1), tokenizer=self.tok)
         return metrics
 
     def trained_trajectories(self, played: list) -> list:
@@ -536,7 +648,8 @@ class Trainer:
                     float(time.time() - t0 >= cfg.train.time_limit), self.d))
                 if (it + 1) % cfg.train.checkpoint_every == 0 or it + 1 == cfg.train.steps or out_of_time:
                     checkpoint.save(cfg.run.dir, it + 1, self.models, self.optims, self.scheds,
-                                    {"iteration": it + 1, "reward_moments": self.reward_moments.tolist()}, self.d)
+                                    {"iteration": it + 1, "reward_moments": self.reward_moments.tolist()}, self.d,
+                                    keep=cfg.train.keep_checkpoints)
                 if out_of_time:
                     if self.d.main:
                         print(f"train.time_limit={cfg.train.time_limit:g}s reached after iteration {it + 1}; "

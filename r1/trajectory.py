@@ -13,15 +13,34 @@ one JSON object per line and trajectory, `{"uid", "group", "sample_id",
 step's prompt is stored as a delta against the previous step:
 `{"prompt_keep": k, "prompt_new": [...]}` means prompt = (previous prompt +
 previous response)[:k] + prompt_new; the first step has prompt_keep 0.
-Floats are plain JSON numbers (logprobs round-trip exactly).
+Floats are plain JSON numbers (logprobs round-trip exactly). A file may
+start with a header line `{"r1_trajectories": 1, "tokenizer": {"name",
+"vocab_size", "sha256"}}` naming the tokenizer its ids belong to; `show`
+refuses to decode with a different one (ids of one vocabulary decoded with
+another print fluent garbage).
+
+Reading back is strict and never a traceback: a truncated or corrupt gzip,
+a line that is not JSON, an unknown step field, a wrong type, a prompt
+delta that points outside the previous step, or a logprob count that does
+not match the response all raise ValueError naming file:line.
+
+`check_episodes` is the trainer's guard after a rollout: a step whose
+sampler logprobs are not finite, whose token ids are outside the
+vocabulary, or whose reward is not finite ends its episode there (the step
+and any after it are dropped; a non-finite reward is kept as 0); the
+episode is finished with the reason as its termination, and the batch goes
+on. One bad episode never ends a batch.
 
     python -m r1.trajectory show RUN_DIR --iter N --index K
 """
 import argparse
 import gzip
 import json
+import math
 import os
-from dataclasses import asdict, dataclass, field
+import sys
+import zlib
+from dataclasses import asdict, dataclass, field, fields
 
 
 @dataclass
@@ -87,36 +106,137 @@ def to_record(t: Trajectory) -> dict:
             "policy_version": t.steps[0].policy_version if t.steps else 0, "meta": t.meta, "steps": steps}
 
 
+STEP_FIELDS = {f.name for f in fields(Step)} - {"prompt_ids"}
+RECORD_FIELDS = {"uid", "group", "sample_id", "total_reward", "termination", "num_steps", "num_tool_calls",
+                 "policy_version", "meta", "steps"}
+
+
+def _ids(x, what) -> list:
+    if not isinstance(x, list) or not all(type(i) is int and i >= 0 for i in x):
+        raise ValueError(f"{what} must be a list of non-negative integer token ids")
+    return x
+
+
 def from_record(r: dict) -> Trajectory:
+    """A record (see the module docstring) -> Trajectory; ValueError naming the bad field otherwise."""
+    if not isinstance(r, dict):
+        raise ValueError(f"expected a JSON object, got {type(r).__name__}")
+    unknown = set(r) - RECORD_FIELDS
+    if unknown or not isinstance(r.get("steps"), list) or not isinstance(r.get("meta", {}), dict):
+        raise ValueError(f"unknown field {sorted(unknown)[0]!r}" if unknown else "'steps' must be a list and "
+                         "'meta' an object")
     steps, prev = [], []
-    for d in r["steps"]:
+    for k, d in enumerate(r["steps"]):
+        if not isinstance(d, dict):
+            raise ValueError(f"step {k} is not an object")
         d = dict(d)
-        prompt = prev[: d.pop("prompt_keep")] + d.pop("prompt_new")
+        bad = set(d) - STEP_FIELDS - {"prompt_keep", "prompt_new"}
+        if bad:
+            raise ValueError(f"step {k}: unknown field {sorted(bad)[0]!r}")
+        keep = d.pop("prompt_keep", 0)
+        if type(keep) is not int or not 0 <= keep <= len(prev):
+            raise ValueError(f"step {k}: prompt_keep {keep!r:.20} is outside the previous step's {len(prev)} tokens")
+        prompt = prev[:keep] + _ids(d.pop("prompt_new", []), f"step {k}: prompt_new")
+        response = _ids(d.get("response_ids"), f"step {k}: response_ids")
+        lp = d.get("logprobs")
+        if not isinstance(lp, list) or len(lp) != len(response) or not all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) for x in lp):
+            raise ValueError(f"step {k}: logprobs must be {len(response)} numbers, one per response token")
+        mask = d.get("response_mask")
+        if mask is not None and (not isinstance(mask, list) or len(mask) != len(response)):
+            raise ValueError(f"step {k}: response_mask must be null or {len(response)} values")
+        if not isinstance(d.get("info", {}), dict) or not isinstance(d.get("reward", 0.0), (int, float)):
+            raise ValueError(f"step {k}: 'info' must be an object and 'reward' a number")
         s = Step(prompt_ids=prompt, **d)
         steps.append(s)
         prev = s.prompt_ids + s.response_ids
-    return Trajectory(r["uid"], r["group"], r["sample_id"], steps, r.get("termination", ""), r.get("meta", {}))
+    for key, kind in (("uid", str), ("sample_id", str), ("group", int)):
+        if not isinstance(r.get(key), kind):
+            raise ValueError(f"field {key!r} must be a {kind.__name__}")
+    return Trajectory(r["uid"], r["group"], r["sample_id"], steps, str(r.get("termination", "")), r.get("meta", {}))
+
+
+def check_episodes(trajs: list, vocab_size: int) -> list:
+    """Finish every episode at its first bad step (see the module docstring); returns [(uid, reason)]."""
+    bad = []
+    for t in trajs:
+        for k, s in enumerate(t.steps):
+            reason = None
+            if len(s.logprobs) != len(s.response_ids):
+                reason = "logprob_count"
+            elif not all(isinstance(x, (int, float)) and math.isfinite(x) for x in s.logprobs):
+                reason = "nonfinite_logprobs"
+            elif any(not 0 <= i < vocab_size for i in s.response_ids):
+                reason = "bad_token_id"
+            elif not isinstance(s.reward, (int, float)) or not math.isfinite(s.reward):
+                s.reward, s.done = 0.0, True  # the reply itself is fine: keep it, unscored
+                s.info = {**s.info, "invalid": "nonfinite_reward"}
+                t.steps, t.termination = t.steps[: k + 1], "nonfinite_reward"
+                bad.append((t.uid, t.termination))
+                break
+            if reason is not None:
+                t.steps, t.termination = t.steps[:k], reason
+                if t.steps:
+                    t.steps[-1].done = True
+                t.meta = {**t.meta, "invalid_step": k}
+                bad.append((t.uid, reason))
+                break
+    return bad
 
 
 def iter_path(run_dir: str, iteration: int) -> str:
     return os.path.join(run_dir, "trajectories", f"iter_{iteration:06d}.jsonl.gz")
 
 
-def save(trajs: list, path: str):
-    """Write atomically (temp file + rename): a crash never leaves half a file."""
+def tokenizer_id(tok) -> dict:
+    """What identifies a tokenizer's ids: its name, vocabulary size and a hash of the vocabulary."""
+    fp = tok.fingerprint() if hasattr(tok, "fingerprint") else None
+    return fp or {"name": os.path.basename(str(getattr(tok, "name", "?")))}
+
+
+def save(trajs: list, path: str, tokenizer=None):
+    """Write atomically (temp file, fsync, rename): a crash never leaves half a file. With `tokenizer`,
+    the first line records which tokenizer the ids belong to."""
+    from r1.atomic import fsync_dir, fsync_file
+
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     tmp = path + ".tmp"
     with gzip.open(tmp, "wt") as f:
+        if tokenizer is not None:
+            f.write(json.dumps({"r1_trajectories": 1, "tokenizer": tokenizer_id(tokenizer)}) + "\n")
         for t in trajs:
             f.write(json.dumps(to_record(t)) + "\n")
+    fsync_file(tmp)
     os.replace(tmp, path)
+    fsync_dir(os.path.dirname(path))
+
+
+def read(path: str) -> tuple:
+    """(header or None, trajectories) of one file; ValueError naming file:line for anything unreadable."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no trajectory file {path}")
+    header, out, n = None, [], 0
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            for n, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                    if n == 1 and isinstance(rec, dict) and "r1_trajectories" in rec:
+                        header = rec
+                        continue
+                    out.append(from_record(rec))
+                except (ValueError, TypeError, RecursionError) as e:
+                    raise ValueError(f"{path}:{n}: {str(e)[:160]}") from None
+    except (EOFError, OSError, zlib.error, UnicodeDecodeError) as e:  # truncated, not gzip, bad bytes
+        raise ValueError(f"{path}: truncated or corrupt after line {n} ({str(e)[:80] or type(e).__name__}); "
+                         f"{len(out)} trajectories readable") from None
+    return header, out
 
 
 def load(path: str) -> list:
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"no trajectory file {path}")
-    with gzip.open(path, "rt") as f:
-        return [from_record(json.loads(line)) for line in f if line.strip()]
+    return read(path)[1]
 
 
 def render(t: Trajectory, decode=None) -> str:
@@ -145,20 +265,22 @@ def main(argv=None):
     show.add_argument("--index", type=int, default=0)
     show.add_argument("--ids", action="store_true", help="print token ids instead of text")
     a = p.parse_args(argv)
+    path = iter_path(a.run_dir, a.iter)
     try:
-        trajs = load(iter_path(a.run_dir, a.iter))
-    except FileNotFoundError as e:  # a typo in RUN_DIR or --iter deserves one line, not a traceback
+        header, trajs = read(path)
+    except (FileNotFoundError, ValueError) as e:  # a typo in RUN_DIR or --iter, a damaged file: one line
         raise SystemExit(f"error: {e}") from None
     if not 0 <= a.index < len(trajs):
         raise SystemExit(f"error: --index {a.index} out of range: iteration {a.iter} has {len(trajs)} trajectories")
     decode = None
     if not a.ids:
-        decode = _run_decoder(a.run_dir)
+        decode = _run_decoder(a.run_dir, path, header, trajs[a.index])
     print(render(trajs[a.index], decode))
 
 
-def _run_decoder(run_dir):
-    """The run's tokenizer (from its config.yaml), or None to print ids."""
+def _run_decoder(run_dir, path, header, traj):
+    """The run's tokenizer (from its config.yaml), or None to print ids. A tokenizer that is not the one
+    the file records, or a vocabulary the ids do not fit, is an error (exit non-zero), not garbage."""
     try:
         import yaml
 
@@ -167,11 +289,32 @@ def _run_decoder(run_dir):
         with open(os.path.join(run_dir, "config.yaml")) as f:
             model = yaml.safe_load(f)["model"]
         tok = load_tokenizer(model.get("tokenizer") or model["path"])
-        return lambda ids: tok.hf.decode(ids, skip_special_tokens=False)
     except Exception as e:  # a readable fallback beats a crash when only ids are at hand
         print(f"(printing token ids: could not load the run's tokenizer: {e})")
         return None
+    want = (header or {}).get("tokenizer")
+    have = tokenizer_id(tok)
+    if isinstance(want, dict) and want.get("sha256") and want.get("sha256") != have.get("sha256"):
+        raise SystemExit(f"error: {path} was written with tokenizer {want.get('name')!r} (vocabulary "
+                         f"{want.get('vocab_size')}, sha256 {str(want.get('sha256'))[:12]}), but the run's config names "
+                         f"{have.get('name')!r} (vocabulary {have.get('vocab_size')}, sha256 "
+                         f"{str(have.get('sha256'))[:12]}); pass --ids to print token ids")
+    vocab = len(tok.hf)
+    for k, s in enumerate(traj.steps):
+        for i in s.prompt_ids + s.response_ids:
+            if i >= vocab:
+                raise SystemExit(f"error: {path}: trajectory {traj.uid} step {k} holds token id {i}, outside the "
+                                 f"vocabulary of {have.get('name')!r} ({vocab} tokens); pass --ids to print token ids")
+    if want is None:
+        print("(this file does not record its tokenizer: decoded with the run's)")
+    return lambda ids: tok.hf.decode(ids, skip_special_tokens=False)
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except SystemExit as e:  # one-line user errors exit with status 2, as train.py and eval.py do
+        if isinstance(e.code, str):
+            print(e.code, file=sys.stderr)
+            sys.exit(2)
+        raise

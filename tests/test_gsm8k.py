@@ -149,7 +149,7 @@ def test_load_split_skip_bad_counts(tmp_path):
 
 
 def test_load_split_missing(tmp_path):
-    with pytest.raises(FileNotFoundError, match="looked for train.jsonl, main/train-"):
+    with pytest.raises(FileNotFoundError, match="looked for train.jsonl, train.jsonl.gz, main/train-"):
         load_split(tmp_path, "train")
     with pytest.raises(FileNotFoundError, match="neither a file nor a directory"):
         load_split(tmp_path / "nope", "train")

@@ -34,8 +34,15 @@ ERROR_KINDS = ("empty_response", "special_token", "unclosed_tag", "bad_json", "b
                "bad_arguments", "too_many_calls", "tool_error")
 
 
+MAX_CALL_CHARS = 16_384  # one call's JSON; a calculator call is tens of characters
+
+
 def parse_tool_calls(text: str, max_calls: int = 8):
-    """Text -> (calls [(name, arguments)], errors [(kind, message)]). Never raises."""
+    """Text -> (calls [(name, arguments)], errors [(kind, message)]). Never raises.
+
+    Linear in len(text): each tag is found once by str.find from where the last one ended, at most
+    max_calls bodies are parsed, and a body over MAX_CALL_CHARS is refused unparsed (json.loads is
+    linear, but a huge body is never a real call)."""
     calls, errors, pos = [], [], 0
     while True:
         start = text.find(OPEN, pos)
@@ -50,6 +57,9 @@ def parse_tool_calls(text: str, max_calls: int = 8):
         if len(calls) + len(errors) >= max_calls:
             errors.append(("too_many_calls", f"more than {max_calls} tool calls in one turn; the rest were ignored"))
             break
+        if len(body) > MAX_CALL_CHARS:
+            errors.append(("bad_json", f"tool call is {len(body)} characters long; at most {MAX_CALL_CHARS}"))
+            continue
         try:
             call = json.loads(body)
         except (ValueError, RecursionError) as e:  # ValueError also covers ints beyond Python's 4300-digit limit

@@ -44,8 +44,19 @@ PLAIN_SYSTEM_PROMPT = (
 
 # A number as people write it: optional sign and $ in either order, thousands
 # commas, decimals. The look-behind keeps "10-3" from reading as "-3".
-_NUMBER = r"(?<![\w.])([-+\u2212]?)\s*\$?\s*([-+\u2212]?)((?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?|\.\d+)"
+# Linear time on any text: the gaps around `$` are at most 8 blanks and
+# possessive (`{0,8}+`, no backtracking; `\s*\$?\s*` was quadratic on a
+# run of spaces, cubic with finditer), and the digit alternatives cannot
+# both match the same prefix (a thousands group needs a comma).
+_GAP = r"[ \t\u00a0]{0,8}+"
+_NUMBER = (r"(?<![\w.])([-+\u2212]?)" + _GAP + r"(?:\$" + _GAP + r")?([-+\u2212]?)"
+           r"((?:\d{1,3}(?:,\d{3})++|\d++)(?:\.\d*+)?|\.\d++)")
 _NUMBER_RE = re.compile(_NUMBER)
+# Size caps: model output is read from its last MAX_TEXT characters (the
+# answer is at the end), and a number longer than MAX_DIGITS digits is not an
+# answer (Python refuses int() beyond 4300 digits; no GSM8K answer has 20).
+MAX_TEXT = 100_000
+MAX_DIGITS = 64
 _ANNOTATION_RE = re.compile(r"<<([^<>]*)>>")
 _LATEX_NOISE = ("\\$", "\\,", "\\!", "{,}", "\\left", "\\right")
 
@@ -63,6 +74,7 @@ def extract_answer(text: str, fallback_last_number: bool = False) -> str | None:
     """The final answer in `text` as a canonical number string, or None (see the module docstring)."""
     if not isinstance(text, str):
         raise TypeError(f"extract_answer expects a str, got {type(text).__name__}")
+    text = text[-MAX_TEXT:]
     if "####" in text:
         after = text.rsplit("####", 1)[1].lstrip(" \t\r\n*:")
         match = _NUMBER_RE.match(after)
@@ -74,9 +86,24 @@ def extract_answer(text: str, fallback_last_number: bool = False) -> str | None:
         match = _NUMBER_RE.match(boxed.strip())
         return _canonical(match) if match else None
     if fallback_last_number:
-        matches = list(_NUMBER_RE.finditer(text))
-        return _canonical(matches[-1]) if matches else None
+        last = None
+        for last in _NUMBER_RE.finditer(text):
+            pass
+        return _canonical(last) if last else None
     return None
+
+
+def gold_answer(gold: str) -> str | None:
+    """A gold answer ("72", "1,000", or a solution ending "#### 72") as a canonical number, or None.
+
+    Stricter than extract_answer: everything after the last `####` must be
+    one number ("#### 3/4", "#### 10-3", "#### 1e5" are None, not 3, 10, 1),
+    because a gold misread as another number silently teaches wrong answers.
+    """
+    if not isinstance(gold, str):
+        return None
+    tail = gold.rsplit("####", 1)[1] if "####" in gold else gold
+    return normalize_number(tail.strip(" \t\r\n*:"))
 
 
 def score(text: str, gold: str, fallback_last_number: bool = False) -> float:
@@ -84,18 +111,23 @@ def score(text: str, gold: str, fallback_last_number: bool = False) -> float:
 
     `gold` is a number ("72", "1,000") or a whole GSM8K solution ending in "#### 72".
     """
-    gold_answer = extract_answer(gold) if "####" in gold else normalize_number(gold)
-    if gold_answer is None:
-        raise ValueError(f"gold answer {gold[-60:]!r} does not end in a number")
+    gold_value = gold_answer(gold)
+    if gold_value is None:
+        raise ValueError(f"gold answer {str(gold)[-60:]!r} does not end in a number (one plain number after ####)")
+    if not isinstance(text, str):
+        return 0.0  # a reward never raises on model output: it just is not an answer
     answer = extract_answer(text, fallback_last_number=fallback_last_number)
     if answer is None:
         return 0.0
-    return 1.0 if abs(Decimal(answer) - Decimal(gold_answer)) <= Decimal("1e-6") else 0.0
+    return 1.0 if abs(Decimal(answer) - Decimal(gold_value)) <= Decimal("1e-6") else 0.0
 
 
 def _canonical(match: re.Match) -> str:
     sign1, sign2, digits = match.groups()
-    value = Decimal(digits.replace(",", "").rstrip(".") or "0")
+    digits = digits.replace(",", "").rstrip(".")
+    if sum(c.isdigit() for c in digits) > MAX_DIGITS:
+        return None
+    value = Decimal(digits or "0")
     if (sign1 + sign2).replace("\u2212", "-").count("-") % 2:
         value = -value
     if value == value.to_integral_value():
@@ -139,6 +171,8 @@ def load_split(path_or_dir: str | Path, split: str, skip_bad: bool = False) -> l
             index += 1  # ids follow the source order even when rows are skipped
     if bad:
         warnings.warn(f"skipped {len(bad)} bad rows of {len(bad) + len(rows)} in split {split!r}; first: {bad[0]}")
+    if not rows:  # an empty file would fail later, deep in the trainer, with a division by zero
+        raise ValueError(f"GSM8K split {split!r} in {', '.join(map(str, files))} has no usable rows")
     return rows
 
 
@@ -190,9 +224,10 @@ def _make_row(record, row_id: str) -> dict:
             raise ValueError(f"field {field!r} is missing or not a non-empty string")
     if "####" not in record["answer"]:
         raise ValueError("answer has no '#### <number>' line")
-    answer = extract_answer(record["answer"])
+    answer = gold_answer(record["answer"])
     if answer is None:
-        raise ValueError(f"cannot read a number after '####' in {record['answer'].rsplit('####', 1)[1][:40]!r}")
+        raise ValueError(f"cannot read a number after '####' in {record['answer'].rsplit('####', 1)[1][:40]!r} "
+                         f"(expected one plain number)")
     return {"id": row_id, "question": record["question"], "answer": answer, "solution": record["answer"]}
 
 
