@@ -284,8 +284,8 @@ def estimate(cfg: Config, mc, world: int, device_type: str, capacity: int, devic
         N = max(micro_tokens, longest)
         L = min(N, longest)
         layer = layer_activation_bytes(mc, p, L)
-        if checkpointing:  # each block's input, then one block recomputed at a time
-            saved = N * mc.num_layers * p.residual * mc.hidden_size + N * layer
+        if checkpointing:  # each block's input (and the position ids), then one block recomputed at a time
+            saved = N * (mc.num_layers * p.residual * mc.hidden_size + 8) + N * layer
         else:
             saved = N * mc.num_layers * layer
         update = saved + N * token_extra_bytes(mc, p) + backward_bytes(mc, p, N, L, triton=device_type == "cuda")
@@ -349,7 +349,7 @@ def plan(cfg: Config, mc, world: int, device_type: str, capacity: int, device: s
         if choice is not None:
             break
     if choice is None:
-        raise ConfigError(_refusal(cfg, est, pairs, sl_fixed, ac_auto, mt_auto, capacity, need, training))
+        raise ConfigError(_refusal(cfg, est, acs, mts, sl_fixed, training))
     ac, mt = choice
     slots = sl_fixed if sl_fixed is not None else _most_slots(lambda s: est(s, mt, ac).fits, need)
     out = est(slots, mt, ac)
@@ -369,32 +369,42 @@ def _most_slots(fits, cap: int) -> int:
     return max(b for b in SLOT_STEPS if b <= lo) if lo >= 1 else 1
 
 
-def _refusal(cfg, est, pairs, sl_fixed, ac_auto, mt_auto, capacity, need, training) -> str:
-    """One line: which key to change, and the numbers."""
-    lo_ac, lo_mt = pairs[-1]
-    smallest = est(sl_fixed if sl_fixed is not None else 1, lo_mt, lo_ac)
-    where = f"{smallest.device} ({_gib(capacity)} usable per process, world {smallest.world})"
-    if sl_fixed is not None:
-        base = est(1, lo_mt, lo_ac)
-        if base.fits:
-            most = _most_slots(lambda s: est(s, lo_mt, lo_ac).fits, max(sl_fixed, 1))
-            return (f"config key 'rollout.slots'={sl_fixed} needs a {_gib(smallest.items['kv cache'])} KV cache "
-                    f"({sl_fixed} slots x {smallest.cache_len} positions), peak {_gib(smallest.total)} on {where}; "
-                    f"set rollout.slots=auto or at most {most}")
-    ac_true = est(1 if sl_fixed is None else sl_fixed, lo_mt, True)
-    if training and not ac_auto and not lo_ac and ac_true.fits:
-        return (f"config key 'train.activation_checkpointing'=false: the update of {lo_mt} tokens per micro-batch "
-                f"needs {_gib(smallest.update)}, peak {_gib(smallest.total)} on {where}; "
-                f"set train.activation_checkpointing=true (peak {_gib(ac_true.total)}) or auto")
-    if training and not mt_auto:
+def _refusal(cfg, est, acs, mts, sl_fixed, training) -> str:
+    """One line: which key to change, and the numbers. Tries relaxing one explicit key at a time."""
+    least_mt = min(MAX_MICRO_TOKENS >> 6, *mts)
+    floor = est(1, least_mt, training)  # one slot, the smallest micro-batch, checkpointing on
+    where = f"{floor.device} ({_gib(floor.capacity)} usable per process, world {floor.world})"
+    if not floor.fits:
+        states = sum(v for k, v in floor.items.items() if k != "kv cache")
+        return (f"config key 'model.path'={cfg.model.path}: the model does not fit: weights, gradients and "
+                f"optimizer state take {_gib(states)}, and even 1 slot, {least_mt}-token micro-batches and activation "
+                f"checkpointing peak at {_gib(floor.total)} on {where}; use more GPUs (torchrun --nproc_per_node) "
+                f"or a smaller model")
+    slots = sl_fixed if sl_fixed is not None else 1
+    asked = est(slots, min(mts), any(acs))  # the user's explicit settings at their lightest
+
+    def fitting(slots_, acs_, mts_):
+        return next((e for ac in acs_ for mt in mts_ if (e := est(slots_, mt, ac)).fits), None)
+
+    if sl_fixed is not None and fitting(1, acs, mts):
+        most = _most_slots(lambda n: fitting(n, acs, mts) is not None, sl_fixed)
+        return (f"config key 'rollout.slots'={sl_fixed} needs a {_gib(asked.items['kv cache'])} KV cache "
+                f"({sl_fixed} slots x {asked.cache_len} positions), peak {_gib(asked.total)} on {where}; "
+                f"set rollout.slots=auto or at most {most}")
+    if training and acs == [False] and (fit := fitting(slots, [True], mts)):
+        return (f"config key 'train.activation_checkpointing'=false: the update of {min(mts)} tokens per "
+                f"micro-batch needs {_gib(asked.update)}, peak {_gib(asked.total)} on {where}; "
+                f"set train.activation_checkpointing=true (peak {_gib(fit.total)}) or auto")
+    if training and len(mts) == 1:
         for mt in (MAX_MICRO_TOKENS >> k for k in range(7)):
-            if mt < lo_mt and est(1 if sl_fixed is None else sl_fixed, mt, True).fits:
-                return (f"config key 'train.micro_tokens'={lo_mt} needs {_gib(smallest.update)} for the update, "
-                        f"peak {_gib(smallest.total)} on {where}; set train.micro_tokens={mt} or auto")
-    states = sum(v for k, v in smallest.items.items() if k != "kv cache")
-    return (f"config key 'model.path'={cfg.model.path}: the model does not fit: its weights, gradients and optimizer "
-            f"state take {_gib(states)} and the smallest setting peaks at {_gib(smallest.total)} on {where}; "
-            f"use more GPUs (torchrun --nproc_per_node), a smaller model, or run.dtype=bfloat16 for the generator")
+            if mt < mts[0] and (fit := fitting(slots, acs, [mt])):
+                return (f"config key 'train.micro_tokens'={mts[0]} needs {_gib(asked.update)} for the update, "
+                        f"peak {_gib(asked.total)} on {where}; set train.micro_tokens={mt} (peak {_gib(fit.total)}) "
+                        f"or auto")
+    keys = [k for k, explicit in (("rollout.slots", sl_fixed is not None), ("train.micro_tokens", len(mts) == 1),
+                                  ("train.activation_checkpointing", len(acs) == 1)) if explicit]
+    return (f"config keys {', '.join(keys)} together peak at {_gib(asked.total)} on {where}; set them to auto "
+            f"(1 slot, {least_mt}-token micro-batches and checkpointing peak at {_gib(floor.total)})")
 
 
 # ------------------------------------------------------------------ the machine
