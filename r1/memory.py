@@ -38,7 +38,6 @@ Everything here is arithmetic on dataclasses: no torch allocation, so the
 plan of a 70B model can be checked on a laptop. `device_capacity()` is the
 one function that asks the machine.
 """
-import math
 import os
 from dataclasses import dataclass, field
 
@@ -222,7 +221,7 @@ class Plan:
         parts.append(f"margin {_gib(self.margin)}")
         auto = f"; auto: {', '.join(self.auto)}" if self.auto else ""
         return (f"memory plan ({self.device}, {_gib(self.capacity)}): {', '.join(parts)}; "
-                f"peak {_gib(self.total)} of {_gib(self.capacity)} ({'fits' if self.fits else 'does not fit'}){auto}")
+                f"total {_gib(self.total)} of {_gib(self.capacity)} ({'fits' if self.fits else 'does not fit'}){auto}")
 
 
 def _gib(b: int) -> str:

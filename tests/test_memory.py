@@ -171,6 +171,20 @@ def test_defaults_on_2xh200_fit_and_prefer_no_checkpointing():
     assert not plan.checkpointing and plan.micro_tokens >= 4096  # big enough micro-batches without recompute
 
 
+@pytest.mark.parametrize("algo, measured", [
+    (("algo.advantage=step_gae",), 118.53),  # critic + reference: the plan takes checkpointing on, 16k tokens
+    (("algo.advantage=grpo", "algo.kl_coef=0"), 101.45),  # policy alone: checkpointing off, 8k tokens
+])
+def test_plan_matches_the_h200_trainer_peaks(algo, measured):
+    """train.py on one H200 (2026-11-30, this branch): the 3B shape with SmolLM2's vocabulary, the smoke config
+    at 64 x 4 episodes, every memory key auto; peak_mem_gb of the second iteration. The plan's estimate
+    (before its margin) must cover the measured peak and exceed it by less than 5%."""
+    cfg = cfg_of("rollout.prompts=64", "rollout.n=4", "rollout.slots=auto", "train.micro_tokens=auto", *algo)
+    plan = memory.plan(cfg, QWEN3B_SMOL, 1, "cuda", int(139.2 * GiB), "cuda:0")
+    assert plan.fits
+    assert measured <= plan.peak / GiB < 1.05 * measured, plan.line()
+
+
 # ------------------------------------------------------------------ the CPU: eval.py with gsm8k_tool
 
 
