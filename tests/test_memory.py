@@ -4,9 +4,9 @@ The arithmetic is checked three ways: parameter and KV-cache bytes against
 real modules and tensors (tiny shapes) and hand-computed integers (SmolLM2-135M,
 Qwen2.5-3B); the activation bytes per token against what autograd really
 saves (saved-tensor hooks, byte for byte, for llama/qwen2/qwen3 in each CPU
-precision); the whole plan against the peaks measured on an H200 (numbers
-quoted from docs/LOG.md, bench/results/ and issue 15). Then the auto choices and
-the one-line refusals that name the key to change.
+precision); the whole plan against peaks measured on the H200 (bench/train_step.py
+in docs/LOG.md; train.py with the 3B shape, measured for this module; issue 15's
+2-GPU runs). Then the auto choices and the one-line refusals that name the key.
 """
 import pytest
 import torch
