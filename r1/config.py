@@ -129,8 +129,9 @@ class Rollout:
     """Nucleus sampling; the recorded logprob is of the full tempered distribution (see r1/generate.py)."""
     top_k: int = 0
     """Top-k sampling (0 = off); same logprob rule as top_p."""
-    slots: int = 64
-    """Concurrent rows in the generator's KV cache (continuous batching)."""
+    slots: int = 0
+    """Concurrent rows in the generator's KV cache (continuous batching); 0 or auto = as many as fit in memory
+    (r1/memory.py), at most what an iteration runs at once (prompts x n per rank) and 512."""
     cache_len: int = 0
     """KV cache positions per slot (0 = env.max_context)."""
 
@@ -221,10 +222,12 @@ class Train:
     """AdamW weight decay."""
     grad_clip: float = 1.0
     """Global gradient-norm clip (0 = off)."""
-    micro_tokens: int = 8192
-    """Tokens per packed micro-batch (gradient accumulation within a mini-batch)."""
-    activation_checkpointing: bool = False
-    """Recompute each block in backward to save memory."""
+    micro_tokens: int = 0
+    """Tokens per packed micro-batch (gradient accumulation within a mini-batch); 0 or auto = the largest
+    power of two up to 16384 that fits in memory (r1/memory.py)."""
+    activation_checkpointing: str = "auto"
+    """Recompute each block in backward to save memory: true, false, or auto (on only when the update would
+    not fit without it; r1/memory.py)."""
     sft_batch: int = 16
     """SFT: conversations per optimizer step."""
     checkpoint_every: int = 1
@@ -286,7 +289,10 @@ CHOICES = {
     "algo.reward_level": ["trajectory", "step"], "algo.ratio_level": ["token", "step"],
     "algo.loss_agg": ["token_mean", "seq_mean_token_sum", "seq_mean_token_mean", "step_mean"],
     "algo.kl_estimator": ["k1", "k2", "k3"], "train.stage": ["rl", "sft"], "train.schedule": ["constant", "cosine"],
+    "train.activation_checkpointing": ["auto", "true", "false"],
 }
+# Integer keys where `auto` is accepted and stored as 0 (the memory plan then picks the value).
+AUTO_ZERO = ("rollout.slots", "train.micro_tokens")
 
 # Inclusive (low, high) bounds, None = open. Strict bounds and rules over two keys are in validate().
 BOUNDS = {
@@ -295,14 +301,14 @@ BOUNDS = {
     "env.max_steps": (1, None), "env.max_context": (1, None), "env.malformed_penalty": (None, 0.0),
     "rollout.prompts": (1, None), "rollout.n": (1, None), "rollout.max_new_tokens": (1, None),
     "rollout.temperature": (0.0, None), "rollout.top_k": (0, None),
-    "rollout.slots": (1, None), "rollout.cache_len": (0, None),
+    "rollout.slots": (0, None), "rollout.cache_len": (0, None),
     "algo.gamma": (0.0, 1.0), "algo.lam": (0.0, 1.0), "algo.adv_clip": (0.0, None), "algo.clip_low": (0.0, 1.0),
     "algo.clip_high": (0.0, None), "algo.dual_clip": (0.0, None), "algo.tis_cap": (0.0, None),
     "algo.value_clip": (0.0, None), "algo.vf_coef": (0.0, None), "algo.kl_coef": (0.0, None),
     "algo.ppo_epochs": (1, None), "algo.minibatches": (1, None), "algo.vf_epochs": (0, None),
     "algo.critic_warmup": (0, None),
     "train.steps": (0, None), "train.lr": (0.0, None), "train.critic_lr": (0.0, None), "train.warmup": (0, None),
-    "train.weight_decay": (0.0, None), "train.grad_clip": (0.0, None), "train.micro_tokens": (1, None),
+    "train.weight_decay": (0.0, None), "train.grad_clip": (0.0, None), "train.micro_tokens": (0, None),
     "train.sft_batch": (1, None), "train.sft_steps": (0, None), "train.sft_lr": (0.0, None),
     "env.format_reward": (0.0, None), "env.tool_success_reward": (0.0, None), "train.checkpoint_every": (1, None), "train.time_limit": (0.0, None),
     "train.keep_checkpoints": (1, None),
@@ -397,6 +403,8 @@ def _coerce(key: str, value, tp, where: str, text: bool = False):
             raise bad
         return value
     if tp is int:
+        if key in AUTO_ZERO and isinstance(value, str) and value.strip().lower() == "auto":
+            return 0
         if isinstance(value, str):
             try:
                 value = int(value)
@@ -417,6 +425,10 @@ def _coerce(key: str, value, tp, where: str, text: bool = False):
             raise ConfigError(f"config key '{key}'{where} expects a finite float, got {value!r}")
         return float(value)
     if tp is str:
+        if isinstance(value, bool) and "true" in CHOICES.get(key, ()):
+            value = str(value).lower()  # `activation_checkpointing: true` in a file: a true/false/auto key
+        if isinstance(value, str) and "true" in CHOICES.get(key, ()):
+            value = value.lower()
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             value = str(value)  # `dir: 2024` in a file
         if not isinstance(value, str):

@@ -22,7 +22,7 @@ import warnings
 
 import torch
 
-from r1 import checkpoint, distributed
+from r1 import checkpoint, distributed, memory
 from r1.logger import Logger
 from r1.packing import split_by_tokens
 from r1.envs.tools import get_tool
@@ -105,7 +105,8 @@ def setup_sft(cfg) -> dict:
     tok = run_tokenizer(cfg)
     model = build_model(cfg.model.path, cfg, tok, d.device, seed=cfg.run.seed)
     mcfg = model.cfg
-    model = distributed.parallelize(model, d, cfg.train.activation_checkpointing)
+    plan = memory.plan_for(cfg, mcfg, d)  # auto micro_tokens/checkpointing, or refuse in one line
+    model = distributed.parallelize(model, d, plan.checkpointing)
     tools = tool_schemas(cfg)
     rows = load_rows(cfg, "train")
     examples = [expert_example(tok, m, tools) for m in expert_chats(cfg, rows, tools)]
@@ -115,7 +116,7 @@ def setup_sft(cfg) -> dict:
     models, optims, scheds = {"policy": model}, {"policy": opt}, {"policy": sched}
     create_run_dir(cfg, d)
     return dict(cfg=cfg, d=d, tok=tok, model=model, mcfg=mcfg, examples=examples, opt=opt, sched=sched,
-                models=models, optims=optims, scheds=scheds)
+                models=models, optims=optims, scheds=scheds, plan=plan)
 
 
 def train_sft(s: dict):
@@ -134,7 +135,7 @@ def train_sft(s: dict):
             total = float(distributed.all_sum(sum(sum(m) for _, m in batch), d)) / d.world
             opt.zero_grad(set_to_none=True)
             loss_sum, ntok = 0.0, 0
-            groups = split_by_tokens(batch, cfg.train.micro_tokens, size=lambda e: len(e[0]))
+            groups = split_by_tokens(batch, s["plan"].micro_tokens, size=lambda e: len(e[0]))
             # FSDP: every rank runs as many forward/backward passes as the busiest one (fillers train on nothing)
             fill = int(distributed.all_max(len(groups), d)) - len(groups)
             for k, group in enumerate(groups + [[([tok.pad_id] * 2, [0, 0])]] * fill):

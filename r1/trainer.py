@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
-from r1 import checkpoint, distributed
+from r1 import checkpoint, distributed, memory
 from r1 import packing
 from r1.algos.estimators import ESTIMATORS
 from r1.algos.losses import aggregate, entropy_bonus, kl_penalty, value_loss
@@ -247,7 +247,8 @@ class Trainer:
             self.rollout_model = build_model("tiny" if cfg.model.path == "tiny" else cfg.model.path, cfg, self.tok,
                                              self.device, seed=cfg.run.seed).to(self.dtype).eval()
             self.rollout_model.requires_grad_(False)
-        ac = cfg.train.activation_checkpointing
+        self.plan = memory.plan_for(cfg, self.model_cfg, self.d)  # auto slots/micro_tokens/checkpointing, or refuse
+        ac = self.plan.checkpointing
         self.policy = distributed.parallelize(self.policy, self.d, ac)
         if self.critic is not None:
             self.critic = distributed.parallelize(self.critic, self.d, ac)
@@ -267,7 +268,7 @@ class Trainer:
         self.eval_rows = load_rows(cfg, cfg.eval.split) if cfg.eval.every else []
         create_run_dir(cfg, self.d)
         cache_len = cfg.rollout.cache_len or cfg.env.max_context
-        self.gen = Generator(self.rollout_model, cfg.rollout.slots, cache_len, stop_ids=self.tok.stop_ids,
+        self.gen = Generator(self.rollout_model, self.plan.slots, cache_len, stop_ids=self.tok.stop_ids,
                              cuda_graphs=self.device.type == "cuda")
         self.loop = AgentEnvLoop(self.gen, self.tok, make_env(cfg, self.tok), cfg.rollout.max_new_tokens)
         self.start = 0
@@ -360,7 +361,7 @@ class Trainer:
         t_roll = time.time() - t0
         trajs = self.trained_trajectories(played)
         t1 = time.time()
-        plan = packing.plan(trajs, algo.minibatches, cfg.train.micro_tokens, self.device)
+        plan = packing.plan(trajs, algo.minibatches, self.plan.micro_tokens, self.device)
         # FSDP: every rank runs as many micro-batches per mini-batch as the busiest rank (fillers)
         fillers = [int(distributed.all_max(len(mini), self.d)) - len(mini) for mini in plan.minibatches]
         scores = self.score(plan.micro_batches, sum(fillers))

@@ -1,0 +1,482 @@
+"""The memory plan: what a run will hold per device, estimated from shapes before it allocates.
+
+A run that dies of out-of-memory after minutes of rollout is the worst way
+to learn that `train.micro_tokens` was too large. So at start-up, once the
+model's shape is known, `plan()` adds up, in bytes per process:
+
+- training state of the policy and the critic: float32 parameters, float32
+  gradients and AdamW's two float32 moments (16 bytes a parameter), divided
+  by the world size under FSDP (r1/distributed.py shards all three);
+- the reference: float32 parameters, sharded, no gradients, no optimizer;
+- the generator's copy: full (unsharded) parameters in the rollout dtype on
+  every rank, unless the generator runs the policy itself (one fp32 process);
+- the KV cache: (slots + 1 scratch) x cache_len x layers x 2 (k, v) x
+  kv_heads x head_dim in the rollout dtype (r1/model.py KVCache,
+  r1/generate.py), preallocated for the whole run;
+- the update's transient: the tensors autograd saves per token and layer
+  (counted op by op below and checked against saved-tensor hooks in
+  tests/test_memory.py), or with activation checkpointing only each block's
+  input plus one block recomputed; the fused logprob head's chunk of
+  [4096, vocab] logits (kernels/logprob.py never materialises all of them);
+  the backward's own temporaries; FSDP's gathered blocks;
+- the rollout's transient: the full float32 state dict each rank gathers to
+  refresh the generator (world > 1), the prefill chunk, decode logits and
+  sampling buffers, CUDA-graph pools;
+- a runtime allowance (Python, libraries, tokenizer, data: CPU only; on CUDA
+  the context lives outside the capacity measured) and a safety margin
+  (10% of the estimate + 1 GiB: allocator fragmentation, NCCL buffers).
+
+The update and the rollout never run at once, so the peak is the persistent
+part plus the larger of the two. Then it picks what the user left on auto:
+micro-batch tokens (the largest power of two up to 16384 that fits) and
+activation checkpointing (off when micro-batches of at least 4096 tokens fit
+without it; recomputing every block costs about a third more update time, a
+smaller micro-batch little until it gets small), keeping room for up to 64
+slots; then KV-cache slots (as many as fit, up to what an iteration runs at
+once and 512, rounded down to a CUDA-graph bucket). An explicit setting that
+cannot fit is refused with one line naming the key to change and the numbers.
+
+Checked against measurements (tests/test_memory.py): saved activations byte
+for byte against autograd's saved-tensor hooks; on one H200, train.py with
+the Qwen2.5-3B shape peaked at 118.5 GiB (PPO with critic and reference) and
+101.5 GiB (GRPO) against estimates of 121.4 and 101.6 GiB.
+
+Everything here is arithmetic on dataclasses: no torch allocation, so the
+plan of a 70B model can be checked on a laptop. `device_capacity()` is the
+one function that asks the machine.
+"""
+import os
+from dataclasses import dataclass, field
+
+from r1.config import Config, ConfigError
+
+GiB = 2 ** 30
+MAX_MICRO_TOKENS = 16384
+MAX_SLOTS = 512  # the largest CUDA-graph bucket of r1/generate.py: more rows would capture a graph per batch size
+SLOT_STEPS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512)  # r1/generate.py BUCKETS
+MIN_AUTO_SLOTS = 64  # auto slots kept free while picking the update's settings (if the iteration needs that many)
+LOGPROB_CHUNK = 4096  # kernels/logprob.py default chunk_size
+PREFILL_TOKENS = 8192  # r1/generate.py Generator default prefill_tokens
+CPU_RUNTIME = GiB  # Python, torch, tokenizer, data rows: a CPU process's RSS beside its tensors
+MARGIN_FRACTION, MARGIN_BYTES = 0.10, GiB
+
+
+@dataclass
+class Precision:
+    """Bytes of the tensors a training forward saves, by how the trainer computes on this device.
+
+    residual: the residual stream (fp32 master weights under autocast keep it fp32; FSDP's bf16
+    parameters make it bf16); matmul: outputs of the projections; casts: autocast's bf16 copies of
+    each linear's input (one per consuming linear); flash: attention saves q, k, v, out and the
+    log-sum-exp (FlashAttention) instead of the CPU math path's fp32 probabilities [heads, L, L].
+    """
+    residual: int
+    matmul: int
+    casts: bool
+    flash: bool
+
+
+def precision(device_type: str, world: int) -> Precision:
+    if device_type == "cuda":
+        return Precision(2, 2, False, True) if world > 1 else Precision(4, 2, True, True)
+    return Precision(4, 4, False, False)
+
+
+def dtype_bytes(name: str) -> int:
+    return {"float32": 4, "bfloat16": 2, "float16": 2}[name]
+
+
+def rollout_dtype_bytes(cfg: Config, device_type: str) -> int:
+    """r1/trainer.py resolve_dtype: auto = bfloat16 on CUDA, float32 on the CPU."""
+    if cfg.run.dtype == "auto":
+        return 2 if device_type == "cuda" else 4
+    return dtype_bytes(cfg.run.dtype)
+
+
+# ------------------------------------------------------------------ shapes
+
+
+def layer_params(mc) -> int:
+    """Parameters of one Block of r1/model.py."""
+    h, q, kv = mc.hidden_size, mc.num_heads * mc.head_dim, mc.num_kv_heads * mc.head_dim
+    n = h * q + 2 * h * kv + q * h + 3 * h * mc.intermediate_size + 2 * h
+    if mc.qkv_bias:
+        n += q + 2 * kv
+    if mc.qk_norm:
+        n += 2 * mc.head_dim
+    return n
+
+
+def param_count(mc, value_head: bool = False) -> int:
+    """Parameters of a Transformer (r1/model.py): embeddings, blocks, final norm, and the LM head
+    when untied, or the critic's scalar head (hidden + 1) instead of any LM head."""
+    body = mc.vocab_size * mc.hidden_size + mc.num_layers * layer_params(mc) + mc.hidden_size
+    if value_head:
+        return body + mc.hidden_size + 1
+    return body + (0 if mc.tie_embeddings else mc.vocab_size * mc.hidden_size)
+
+
+def kv_cache_bytes(mc, slots: int, cache_len: int, dtype_size: int) -> int:
+    """KVCache.empty(cfg, slots + 1, cache_len): k and v [layers, slots + 1, cache_len, kv_heads, head_dim]."""
+    return 2 * mc.num_layers * (slots + 1) * cache_len * mc.num_kv_heads * mc.head_dim * dtype_size
+
+
+def layer_activation_bytes(mc, p: Precision, seq_len: int) -> int:
+    """Bytes autograd saves per token in one Block's forward (r1/model.py), op by op.
+
+    RMSNorm (fp32 math): its fp32 input, x * rsqrt in the residual dtype, the rsqrt [N, 1], and the
+    normed output that the next linears save (under autocast each linear saves its own bf16 cast
+    instead: 3 for q/k/v, 2 for gate/up). RoPE saves only cos/sin (shared by all layers). Attention:
+    FlashAttention keeps q, k, v, the output (which o_proj saves too) and the fp32 log-sum-exp per
+    query head; the CPU math path keeps fp32 q and k, v repeated to every query head, the fp32
+    probabilities [heads, L, L] (so `seq_len` matters there) and the output. SwiGLU: gate, silu(gate),
+    up and their product (saved by down_proj). Qwen3's q/k norms: fp32 input and scaled output.
+    """
+    h, i = mc.hidden_size, mc.intermediate_size
+    qd, kd = mc.num_heads * mc.head_dim, mc.num_kv_heads * mc.head_dim
+    r, a = p.residual, p.matmul
+
+    def norm(consumers):
+        saved_out = 2 * h * consumers if p.casts else r * h
+        return 4 * h + r * h + saved_out + 4
+
+    n = norm(3) + norm(2)
+    if mc.qk_norm:
+        n += (4 + a) * (qd + kd) + 4 * (mc.num_heads + mc.num_kv_heads)
+    if p.flash:
+        n += a * qd + 2 * a * kd + a * qd + 4 * mc.num_heads
+    else:
+        n += 3 * 4 * qd + 4 * mc.num_heads * seq_len + a * qd
+    return n + 4 * a * i
+
+
+def token_extra_bytes(mc, p: Precision) -> int:
+    """Per token, once per forward: ids, cos/sin, the final norm, the scored hidden state and the
+    logprob head's per-token tensors (targets, selection, lse, entropy)."""
+    h = mc.hidden_size
+    return 8 + 2 * mc.head_dim * p.residual + (4 * h + p.residual * h + 4) + p.matmul * h + 24
+
+
+def backward_bytes(mc, p: Precision, tokens: int, seq_len: int, triton: bool) -> int:
+    """The backward's temporaries beside what the forward saved: gradients of the residual stream,
+    of one block's MLP intermediates (and of the math path's attention probabilities), and the fused
+    logprob head's chunk of logits and its weight-gradient accumulator (kernels/logprob.py)."""
+    h, i, V = mc.hidden_size, mc.intermediate_size, mc.vocab_size
+    n = tokens * (2 * h * p.residual + 3 * i * p.matmul)
+    if not p.flash:
+        n += tokens * 2 * 4 * mc.num_heads * seq_len
+    chunk = min(LOGPROB_CHUNK, tokens)
+    n += chunk * V * (2 * p.matmul if triton else 2 * p.matmul + 8)  # logits + dlogits (+ fp32 z, p)
+    n += V * h * (4 + (p.matmul if p.matmul != 4 else 0))  # fp32 accumulator (+ its cast)
+    n += tokens * h * p.matmul  # grad of the scored hidden states
+    return n
+
+
+# ------------------------------------------------------------------ the plan
+
+
+@dataclass
+class Plan:
+    device: str
+    capacity: int  # bytes this process may use
+    world: int
+    slots: int
+    cache_len: int
+    micro_tokens: int
+    checkpointing: bool
+    training: bool
+    items: dict = field(default_factory=dict)  # name -> bytes (persistent parts)
+    update: int = 0  # the update's transient
+    rollout: int = 0  # the rollout's transient
+    build: int = 0  # start-up: every model built whole in float32 before FSDP shards it
+    notes: dict = field(default_factory=dict)  # name -> short description
+    auto: tuple = ()  # keys chosen by the plan
+
+    @property
+    def persistent(self) -> int:
+        return sum(self.items.values())
+
+    @property
+    def peak(self) -> int:
+        """The estimate before the margin: start-up, or the persistent part with the larger phase."""
+        return max(self.build, self.persistent + max(self.update, self.rollout))
+
+    @property
+    def margin(self) -> int:
+        return int(MARGIN_FRACTION * self.peak) + MARGIN_BYTES
+
+    @property
+    def total(self) -> int:
+        return self.peak + self.margin
+
+    @property
+    def fits(self) -> bool:
+        return self.total <= self.capacity
+
+    def line(self) -> str:
+        """The plan in one line, for the console."""
+        parts = []
+        for name, b in self.items.items():
+            if b or name in ("kv cache",):
+                note = self.notes.get(name)
+                parts.append(f"{name} {_gib(b)}" + (f" ({note})" if note else ""))
+        if self.training:
+            ck = "on" if self.checkpointing else "off"
+            parts.append(f"update {_gib(self.update)} ({self.micro_tokens} tok/micro-batch, checkpointing {ck})")
+        if self.rollout:
+            parts.append(f"rollout {_gib(self.rollout)} ({self.notes.get('rollout', '')})")
+        parts.append(f"margin {_gib(self.margin)}")
+        auto = f"; auto: {', '.join(self.auto)}" if self.auto else ""
+        return (f"memory plan ({self.device}, {_gib(self.capacity)}): {', '.join(parts)}; "
+                f"total {_gib(self.total)} of {_gib(self.capacity)} ({'fits' if self.fits else 'does not fit'}){auto}")
+
+
+def _gib(b: int) -> str:
+    return f"{b / GiB:.1f} GiB"
+
+
+def roles(cfg: Config) -> dict:
+    """Which models a run builds (r1/trainer.py): critic for GAE, reference for a KL term, generator for RL."""
+    from r1.algos.estimators import ESTIMATORS
+
+    rl = cfg.train.stage == "rl"
+    return {"critic": rl and ESTIMATORS[cfg.algo.advantage].needs_critic, "ref": rl and cfg.algo.kl_coef > 0,
+            "generator": rl}
+
+
+def slots_needed(cfg: Config, world: int) -> int:
+    """Rows an iteration (or an evaluation) runs at once on one rank: more slots would never be used."""
+    per_rank = lambda n: -(-n // world)  # noqa: E731  ceil
+    need = per_rank(cfg.rollout.prompts) * cfg.rollout.n if cfg.train.steps > 0 else 0
+    if cfg.train.steps == 0 or cfg.eval.every:
+        need = max(need, per_rank(cfg.eval.limit) * cfg.eval.n if cfg.eval.limit else MAX_SLOTS)
+    return max(1, min(need, MAX_SLOTS))
+
+
+def estimate(cfg: Config, mc, world: int, device_type: str, capacity: int, device: str = "",
+             slots: int = 1, micro_tokens: int = MAX_MICRO_TOKENS, checkpointing: bool = False) -> Plan:
+    """The plan for given choices (no picking): every part in bytes per process."""
+    r = roles(cfg)
+    training = cfg.train.steps > 0
+    p = precision(device_type, world)
+    g = rollout_dtype_bytes(cfg, device_type)
+    cache_len = cfg.rollout.cache_len or cfg.env.max_context
+    P, Pc = param_count(mc), param_count(mc, value_head=True)
+    shard = f", sharded /{world}" if world > 1 else ""
+    per_param = 16 if training else 4  # fp32 params (+ fp32 grads + AdamW's two fp32 moments)
+    what = "params+grads+adam" if training else "params"
+    items, notes = {}, {}
+    items["policy"], notes["policy"] = per_param * P // world, what + shard
+    if r["critic"]:
+        items["critic"], notes["critic"] = per_param * Pc // world, what + shard
+    if r["ref"]:
+        items["ref"], notes["ref"] = 4 * P // world, "params" + shard
+    shared = world == 1 and g == 4
+    if r["generator"]:
+        items["generator"] = 0 if shared else g * P
+        notes["generator"] = "the policy itself" if shared else f"{'bf16' if g == 2 else 'fp32'} copy"
+        items["kv cache"] = kv_cache_bytes(mc, slots, cache_len, g)
+        notes["kv cache"] = f"{slots} slots x {cache_len}"
+    else:
+        slots = 0
+    if device_type == "cuda" and world == 1 and training:
+        # autocast's bf16 copies of every weight, kept for the backward of each micro-batch
+        items["autocast copies"] = 2 * max(P, Pc if r["critic"] else 0)
+    if device_type != "cuda":
+        items["runtime"] = CPU_RUNTIME
+    update = 0
+    longest = max(cfg.env.max_context, cache_len)
+    if training:
+        N = max(micro_tokens, longest)
+        L = min(N, longest)
+        layer = layer_activation_bytes(mc, p, L)
+        if checkpointing:  # each block's input (and the position ids), then one block recomputed at a time
+            saved = N * (mc.num_layers * p.residual * mc.hidden_size + 8) + N * layer
+        else:
+            saved = N * mc.num_layers * layer
+        update = saved + N * token_extra_bytes(mc, p) + backward_bytes(mc, p, N, L, triton=device_type == "cuda")
+        if world > 1:  # FSDP: two gathered blocks (+ prefetch) and one block's unsharded gradients, the root's
+            blk = layer_params(mc)
+            root = mc.vocab_size * mc.hidden_size
+            update += 2 * blk * p.matmul + blk * (p.matmul + 4) + root * (2 * p.matmul + 4)
+    rollout = 0
+    if r["generator"]:
+        V, h, i = mc.vocab_size, mc.hidden_size, mc.intermediate_size
+        qd, kd = mc.num_heads * mc.head_dim, mc.num_kv_heads * mc.head_dim
+        sync = 4 * P if world > 1 else 0  # full fp32 state dict gathered on every rank (sync_rollout_weights)
+        T = min(PREFILL_TOKENS, max(1, slots) * cache_len)
+        prefill = T * (4 * h * 4 + 3 * (qd + 2 * kd) * g + 3 * i * g)
+        if device_type != "cuda":  # math attention: scores + probabilities of the longest sequence
+            prefill += 2 * mc.num_heads * min(T, cache_len) ** 2 * 4 + qd * 4 * 2 * min(T, cache_len)
+        per_row = V * (g + (4 if device_type == "cuda" else 48))  # logits + sampling (torch path: fp32 + int64 noise)
+        decode = slots * per_row
+        if device_type != "cuda":  # one layer's keys/values gathered per decode step, and the scores
+            decode += slots * cache_len * (2 * kd * g + 4 * mc.num_heads)
+        graphs = 0
+        if device_type == "cuda":  # a private pool per captured batch-size bucket
+            rows = sum(b for b in SLOT_STEPS if b <= slots) + (slots if slots > MAX_SLOTS else 0)
+            graphs = rows * (V * g + 4 * h * 4 + 3 * i * g)
+        rollout = graphs + max(sync, prefill, decode)
+        notes["rollout"] = "weight sync" if sync >= max(prefill, decode) else "prefill + sampling"
+    build = 0
+    if world > 1:  # r1/trainer.py builds each model whole (fp32, and the generator's copy) before sharding
+        build = 4 * P * (1 + r["ref"]) + (4 * Pc if r["critic"] else 0) + (g * P if r["generator"] else 0)
+    return Plan(device or device_type, capacity, world, slots, cache_len, micro_tokens, checkpointing, training,
+                items, update, rollout, build, notes)
+
+
+def plan(cfg: Config, mc, world: int, device_type: str, capacity: int, device: str = "") -> Plan:
+    """Estimate, pick the `auto` settings, or raise ConfigError (one line naming the key) if nothing fits.
+
+    cfg: the resolved Config; mc: the model's ModelConfig (r1/model.py); capacity: bytes this process
+    may use (device_capacity()). Explicit values are kept as they are.
+    """
+    r = roles(cfg)
+    training = cfg.train.steps > 0
+    ac_key, mt_key, sl_key = "train.activation_checkpointing", "train.micro_tokens", "rollout.slots"
+    ac_auto = cfg.train.activation_checkpointing == "auto"
+    mt_auto = cfg.train.micro_tokens == 0
+    sl_auto = cfg.rollout.slots == 0 and r["generator"]
+    need = slots_needed(cfg, world)
+    powers = [MAX_MICRO_TOKENS >> k for k in range(7)]  # 16384 .. 256
+    mts = powers if mt_auto else [cfg.train.micro_tokens]
+    acs = [False, True] if ac_auto else [cfg.train.activation_checkpointing == "true"]
+    if not training:  # nothing is trained: no gradients, optimizer moments or activations
+        mts, acs = mts[:1], acs[:1]
+    pairs = [(ac, mt) for ac in acs for mt in mts if not (ac_auto and mt_auto and not ac and mt < 4096)]
+    sl_fixed = cfg.rollout.slots if not sl_auto else None
+
+    def est(slots, mt, ac):
+        return estimate(cfg, mc, world, device_type, capacity, device, slots=slots, micro_tokens=mt, checkpointing=ac)
+
+    keep = sl_fixed if sl_fixed is not None else min(need, MIN_AUTO_SLOTS)
+    for floor in ([keep, 1] if sl_fixed is None and keep > 1 else [keep]):
+        choice = next(((ac, mt) for ac, mt in pairs if est(floor, mt, ac).fits), None)
+        if choice is not None:
+            break
+    if choice is None:
+        raise ConfigError(_refusal(cfg, est, acs, mts, sl_fixed, training))
+    ac, mt = choice
+    slots = sl_fixed if sl_fixed is not None else _most_slots(lambda s: est(s, mt, ac).fits, need)
+    out = est(slots, mt, ac)
+    out.auto = tuple(k for k, auto in ((sl_key, sl_auto), (mt_key, mt_auto and training),
+                                       (ac_key, ac_auto and training)) if auto)
+    return out
+
+
+def _most_slots(fits, cap: int) -> int:
+    """The most slots (<= cap) that fit, rounded down to a CUDA-graph bucket below cap."""
+    if fits(cap):
+        return cap
+    lo, hi = 1, cap  # fits(lo) is known, fits(hi) is not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return max(b for b in SLOT_STEPS if b <= lo) if lo >= 1 else 1
+
+
+def _refusal(cfg, est, acs, mts, sl_fixed, training) -> str:
+    """One line: which key to change, and the numbers. Tries relaxing one explicit key at a time."""
+    least_mt = min(MAX_MICRO_TOKENS >> 6, *mts)
+    floor = est(1, least_mt, training)  # one slot, the smallest micro-batch, checkpointing on
+    where = f"{floor.device} ({_gib(floor.capacity)} usable per process, world {floor.world})"
+    if not floor.fits:
+        states = sum(v for k, v in floor.items.items() if k != "kv cache")
+        return (f"config key 'model.path'={cfg.model.path}: the model does not fit: weights, gradients and "
+                f"optimizer state take {_gib(states)}, and even 1 slot, {least_mt}-token micro-batches and activation "
+                f"checkpointing peak at {_gib(floor.total)} on {where}; use more GPUs (torchrun --nproc_per_node) "
+                f"or a smaller model")
+    slots = sl_fixed if sl_fixed is not None else 1
+    asked = est(slots, min(mts), any(acs))  # the user's explicit settings at their lightest
+
+    def fitting(slots_, acs_, mts_):
+        return next((e for ac in acs_ for mt in mts_ if (e := est(slots_, mt, ac)).fits), None)
+
+    if sl_fixed is not None and fitting(1, acs, mts):
+        most = _most_slots(lambda n: fitting(n, acs, mts) is not None, sl_fixed)
+        return (f"config key 'rollout.slots'={sl_fixed} needs a {_gib(asked.items['kv cache'])} KV cache "
+                f"({sl_fixed} slots x {asked.cache_len} positions), peak {_gib(asked.total)} on {where}; "
+                f"set rollout.slots=auto or at most {most}")
+    if training and acs == [False] and (fit := fitting(slots, [True], mts)):
+        return (f"config key 'train.activation_checkpointing'=false: the update of {min(mts)} tokens per "
+                f"micro-batch needs {_gib(asked.update)}, peak {_gib(asked.total)} on {where}; "
+                f"set train.activation_checkpointing=true (peak {_gib(fit.total)}) or auto")
+    if training and len(mts) == 1:
+        for mt in (MAX_MICRO_TOKENS >> k for k in range(7)):
+            if mt < mts[0] and (fit := fitting(slots, acs, [mt])):
+                return (f"config key 'train.micro_tokens'={mts[0]} needs {_gib(asked.update)} for the update, "
+                        f"peak {_gib(asked.total)} on {where}; set train.micro_tokens={mt} (peak {_gib(fit.total)}) "
+                        f"or auto")
+    keys = [k for k, explicit in (("rollout.slots", sl_fixed is not None), ("train.micro_tokens", len(mts) == 1),
+                                  ("train.activation_checkpointing", len(acs) == 1)) if explicit]
+    return (f"config keys {', '.join(keys)} together peak at {_gib(asked.total)} on {where}; set them to auto "
+            f"(1 slot, {least_mt}-token micro-batches and checkpointing peak at {_gib(floor.total)})")
+
+
+# ------------------------------------------------------------------ the machine
+
+
+def plan_for(cfg: Config, model_cfg, d) -> Plan:
+    """plan() for this process (d: r1.distributed.Dist), printed as one line on rank 0. Every rank plans
+    with the smallest capacity of all ranks, so they pick the same settings and refuse together."""
+    from r1 import distributed
+
+    capacity = int(-distributed.all_max(-float(device_capacity(d.device)), d))
+    out = plan(cfg, model_cfg, d.world, d.device.type, capacity, device_label(d.device))
+    if d.main:
+        print(out.line(), flush=True)
+    return out
+
+
+def device_capacity(device) -> int:
+    """Bytes this process may use on `device` (a torch.device), asked now.
+
+    CUDA: free memory plus what torch's allocator already holds (the models built so far).
+    CPU: MemAvailable (shared by the local ranks of a torchrun) plus this process's resident set.
+    """
+    import torch
+
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free + torch.cuda.memory_reserved(device))
+    local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    return int(_available_ram() / local + _rss())
+
+
+def _meminfo() -> dict:
+    out = {}
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                out[k] = int(v.split()[0]) * 1024
+    except OSError:
+        pass
+    return out
+
+
+def _available_ram() -> int:
+    info = _meminfo()
+    if "MemAvailable" in info:
+        return info["MemAvailable"]
+    try:  # not Linux: the total, as a ceiling
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 8 * GiB
+
+
+def _rss() -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def device_label(device) -> str:
+    return f"cuda:{device.index or 0}" if device.type == "cuda" else "cpu"
+
+
