@@ -96,7 +96,7 @@ def replies(specials):
 
 
 class ScriptedGenerator:
-    """The Generator API (submit/step/release/free_slots/busy), replies scripted per (episode, turn)."""
+    """The Generator API (submit/step or launch+finish/release/free_slots/busy), replies scripted per (episode, turn)."""
 
     def __init__(self, tok, slots, max_len):
         self.tok, self.slots, self.max_len = tok, slots, max_len
@@ -128,6 +128,13 @@ class ScriptedGenerator:
         done = self.order.sample(self.queue, self.order.randint(1, len(self.queue)))
         self.queue = [q for q in self.queue if q not in done]
         return [self.reply(key, prompt, max_new) for key, prompt, max_new in done]
+
+    def launch(self):  # the Generator's split step: launch() queues the work, finish() returns it
+        self.pending = self.step()
+
+    def finish(self):
+        out, self.pending = getattr(self, "pending", []), []
+        return out
 
     def reply(self, key, prompt, max_new):
         turn = self.turns[key]

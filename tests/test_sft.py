@@ -14,7 +14,8 @@ import torch
 import train
 from r1.envs.tool_env import parse_tool_calls
 from r1.model import Transformer
-from r1.sft import _calculator_schema, expert_example
+from r1.envs.tools import get_tool
+from r1.sft import expert_example
 from r1.tasks import synthetic
 from r1.tokenizer import load_tokenizer
 from r1.trajectory import iter_path, load as load_trajs
@@ -42,7 +43,7 @@ def spans(ids, mask):
 def test_mask_is_assistant_content_and_end_of_turn(tok):
     row = synthetic.make_dataset(2, 0, 2)[1]  # a two-operation problem: two calculator calls, then the answer
     messages = synthetic.expert_messages(row)
-    tools = [_calculator_schema()]
+    tools = [get_tool("calculator").schema]
     ids, mask = expert_example(tok, messages, tools)
     assert len(ids) == len(mask) and set(mask) == {0, 1}
     # the layout is the template's rendering of the whole chat, token for token
