@@ -16,6 +16,7 @@ keep their traceback).
 import argparse
 import gc
 import os
+import shutil
 import shlex
 import sys
 
@@ -154,6 +155,9 @@ def run(cfg, a):
             del sft
             gc.collect()
             _free_cuda()
+            if cfg.train.stage == "rl" and int(os.environ.get("RANK", "0")) == 0:
+                # the phase is done and exported (sft/hf): no resume needs its optimizer state any more
+                shutil.rmtree(os.path.join(cfg.run.dir, "sft", "checkpoints"), ignore_errors=True)
         if cfg.train.stage == "sft":
             return
         rl_after_sft(cfg)

@@ -664,8 +664,9 @@ class Trainer:
         from r1.weights import save_hf
 
         full = distributed.full_state_dict(self.policy)
-        if self.d.main:
-            save_hf({k: v.detach().cpu().contiguous() for k, v in full.items()}, self.model_cfg.to_hf(torch.float32),
+        if self.d.main:  # in the rollout dtype (bf16 on CUDA: half the disk; transformers loads either)
+            dt = self.dtype
+            save_hf({k: v.detach().to(dt).cpu().contiguous() for k, v in full.items()}, self.model_cfg.to_hf(dt),
                     os.path.join(self.cfg.run.dir, "hf"), tokenizer=self.tok.hf)
         distributed.barrier(self.d)
 
