@@ -305,6 +305,7 @@ def test_trainer_refuses_before_creating_the_run_dir(tmp_path):
     from r1.trainer import Trainer
 
     run = tmp_path / "run"
-    msg = refusal(lambda: Trainer(cfg_of(f"run.dir={run}", "rollout.slots=100000000")))
-    assert msg.startswith("config key 'rollout.slots'=100000000")
+    # within the key's range (<= 65536), far beyond memory: 65536 slots x 16384 positions of the tiny model
+    msg = refusal(lambda: Trainer(cfg_of(f"run.dir={run}", "rollout.slots=65536", "rollout.cache_len=16384")))
+    assert msg.startswith("config key 'rollout.slots'=65536")
     assert not run.exists()
