@@ -43,7 +43,7 @@ def sft_phase(cfg):
         what = f"resuming from step {_sft_step(sft.run.dir)}" if sft.run.resume else "starting"
         print(f"SFT warm-up: {cfg.train.sft_steps} steps on the task's expert chats in {sft.run.dir} "
               f"({what}), then RL", flush=True)
-    return setup_sft(sft)
+    return setup_sft(sft, then_rl=cfg)
 
 
 def rl_after_sft(cfg):

@@ -97,8 +97,10 @@ def run_sft(cfg):
     train_sft(setup_sft(cfg))
 
 
-def setup_sft(cfg) -> dict:
-    """Everything that can fail on bad input (paths, model, tokenizer, data), before run.dir is created."""
+def setup_sft(cfg, then_rl=None) -> dict:
+    """Everything that can fail on bad input (paths, model, tokenizer, data), before run.dir is created.
+    `then_rl`: the RL config this SFT phase leads into (train.sft_steps); its memory plan is checked
+    here too, so an RL phase that cannot fit is refused before the SFT phase spends any time."""
     d = distributed.init(cfg.run.device)
     check_run_dir(cfg)
     torch.manual_seed(cfg.run.seed)
@@ -106,6 +108,8 @@ def setup_sft(cfg) -> dict:
     model = build_model(cfg.model.path, cfg, tok, d.device, seed=cfg.run.seed)
     mcfg = model.cfg
     plan = memory.plan_for(cfg, mcfg, d)  # auto micro_tokens/checkpointing, or refuse in one line
+    if then_rl is not None:  # same architecture: the RL phase starts from this model's export
+        memory.plan(then_rl, mcfg, d.world, d.device.type, memory.device_capacity(d.device))
     model = distributed.parallelize(model, d, plan.checkpointing)
     tools = tool_schemas(cfg)
     rows = load_rows(cfg, "train")

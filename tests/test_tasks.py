@@ -194,3 +194,14 @@ def test_task_without_expert_refuses_sft(tmp_path, monkeypatch):
     sys.path.insert(0, ROOT)
     with pytest.raises(ConfigError, match="no expert chats"):
         load_config(SMOKE, ["data.task=examples.guess_number:TASK", "train.sft_steps=2"])
+
+
+def test_rl_phase_that_cannot_fit_is_refused_before_the_sft_phase(tmp_path, tok_dir, capsys):
+    import train
+
+    run = tmp_path / "run"
+    with pytest.raises(SystemExit) as e:
+        train.main(["--config", SMOKE, f"run.dir={run}", f"model.tokenizer={tok_dir}", "train.sft_steps=2",
+                    "rollout.slots=65536", "rollout.cache_len=16384", *TINY])
+    assert e.value.code == 2
+    assert "rollout.slots" in capsys.readouterr().err and not (run / "sft" / "metrics.jsonl").exists()
