@@ -17,7 +17,13 @@ DATA = next((p for p in (ROOT / "data/gsm8k", ROOT.parent / "shared/data/gsm8k")
 
 @pytest.mark.skipif(DATA is None, reason="GSM8K data not found (data/gsm8k)")
 def test_agent_rollout_bench_replays_exactly_on_cpu():
-    r = agent_rollout.main(["--episodes", "3", "--slots", "2", "--gap", "--data", str(DATA)])
+    import torch
+
+    threads = torch.get_num_threads()  # the bench sets 1 thread on the CPU; later tests compare runs made at 2
+    try:
+        r = agent_rollout.main(["--episodes", "3", "--slots", "2", "--gap", "--data", str(DATA)])
+    finally:
+        torch.set_num_threads(threads)
     assert r["replayed_exactly"] == "3/3"
     assert r["mean_turns"] > 1 and r["response_tokens"] == round(r["mean_response_tokens"] * 3)
     assert r["agent_tok_s"] > 0 and r["single_turn_tok_s"] > 0 and r["ratio"] > 0
