@@ -375,7 +375,7 @@ def main(argv=None):
     p.add_argument("--cache-len", type=int, default=MAX_CONTEXT)
     p.add_argument("--tokenizer", default="smollm2-135m-instruct")
     p.add_argument("--data", default=None,
-                   help="GSM8K folder or train.jsonl (default: data/gsm8k, else ../shared/data/gsm8k)")
+                   help="GSM8K folder or train.jsonl (default: data/gsm8k, shipped with the project)")
     p.add_argument("--profile", action="store_true", help="a fourth run under cProfile; print its top functions")
     p.add_argument("--skip-single", action="store_true")
     p.add_argument("--gap", action="store_true", help="measure the sampler-trainer logprob gap (one more run)")
@@ -385,8 +385,7 @@ def main(argv=None):
     a = p.parse_args(argv)
     cuda = torch.cuda.is_available()
     tok = load_tokenizer(a.tokenizer)
-    data = a.data or next((str(c) for c in (ROOT / "data/gsm8k", ROOT.parent / "shared/data/gsm8k") if c.exists()),
-                          str(ROOT / "data/gsm8k"))
+    data = a.data or str(ROOT / "data" / "gsm8k")
     temperature = 1.0
     if not cuda:  # a check of the code path, not a measurement: few episodes, greedy (the noise is costly on CPU)
         a.episodes, a.slots, temperature = min(a.episodes, 6), min(a.slots, 4), 0.0

@@ -12,7 +12,7 @@ import pytest
 from bench import agent_rollout
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = next((p for p in (ROOT / "data/gsm8k", ROOT.parent / "shared/data/gsm8k") if p.exists()), None)
+DATA = ROOT / "data" / "gsm8k" if (ROOT / "data" / "gsm8k").exists() else None  # shipped with the project
 
 
 @pytest.mark.skipif(DATA is None, reason="GSM8K data not found (data/gsm8k)")
