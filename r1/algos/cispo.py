@@ -17,7 +17,7 @@ sampler logprob are dropped and counted, as in `ppo_policy_loss`.
 """
 import torch
 
-from r1.algos.losses import _check_flat, _masked_mean, aggregate
+from r1.algos.losses import _check_flat, _masked_mean, aggregate, drop_nonfinite
 
 
 def cispo_policy_loss(logp, old_logp, adv, mask, clip_low=1.0, clip_high=0.2, log_ratio_clamp=20.0,
@@ -35,15 +35,7 @@ def cispo_policy_loss(logp, old_logp, adv, mask, clip_low=1.0, clip_high=0.2, lo
     tis_cap = tis_cap or None
     if tis_cap is not None and (sampler_logp is None or not tis_cap > 0):
         raise ValueError(f"cispo_policy_loss: tis_cap={tis_cap} needs sampler_logp and a value > 0 (or 0/None for off)")
-    keep = mask.bool()
-    old_logp = old_logp.detach()
-    finite = torch.isfinite(old_logp)
-    if sampler_logp is not None:
-        sampler_logp = sampler_logp.detach()
-        finite = finite & torch.isfinite(sampler_logp)
-    valid = keep & finite  # [N]
-    old = torch.where(valid, old_logp, logp.detach())
-    a = torch.where(valid, adv.detach(), 0.0)
+    valid, old, a, sampler_logp, dropped = drop_nonfinite(logp, old_logp, adv, mask, sampler_logp)
 
     log_ratio = (logp.detach() - old).clamp(-log_ratio_clamp, log_ratio_clamp)  # [N]
     ratio = torch.exp(log_ratio)
@@ -68,6 +60,6 @@ def cispo_policy_loss(logp, old_logp, adv, mask, clip_low=1.0, clip_high=0.2, lo
         ratio_max=torch.where(any_valid, torch.where(valid, ratio, 0.0).max(), 0.0),
         ratio_min=torch.where(any_valid, torch.where(valid, ratio, torch.inf).min(), 0.0),
         is_weight_mean=_masked_mean(weight, valid),
-        dropped_nonfinite=(keep & ~finite).sum().to(logp.dtype),
+        dropped_nonfinite=dropped,
     )
     return loss, {k: v.detach() for k, v in metrics.items()}

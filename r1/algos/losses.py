@@ -97,6 +97,23 @@ def aggregate(loss_tok, mask, seg_ids=None, mode="token_mean", num_segments=None
     return per_seg.sum() / denom
 
 
+def drop_nonfinite(logp, old_logp, adv, mask, sampler_logp=None):
+    """Tokens whose old or sampler logprob is not finite leave the loss: -> (valid [N] bool,
+    old [N], adv [N], sampler_logp [N] or None, dropped count). Dropped tokens get old = logp
+    (ratio 1) and adv = 0 so no NaN or inf can reach the graph, even through branches
+    torch.where does not select. Everything returned is detached."""
+    keep = mask.bool()
+    old_logp = old_logp.detach()
+    finite = torch.isfinite(old_logp)
+    if sampler_logp is not None:
+        sampler_logp = sampler_logp.detach()
+        finite = finite & torch.isfinite(sampler_logp)
+    valid = keep & finite  # [N]
+    old = torch.where(valid, old_logp, logp.detach())
+    a = torch.where(valid, adv.detach(), 0.0)
+    return valid, old, a, sampler_logp, (keep & ~finite).sum().to(logp.dtype)
+
+
 def ppo_policy_loss(
     logp,
     old_logp,
@@ -161,18 +178,7 @@ def ppo_policy_loss(
     if ratio_level != "token" and ratio_seg is None:
         raise ValueError(f"ppo_policy_loss: ratio_level={ratio_level!r} needs seg_ids or ratio_seg_ids")
 
-    keep = mask.bool()
-    old_logp = old_logp.detach()
-    finite = torch.isfinite(old_logp)
-    if sampler_logp is not None:
-        sampler_logp = sampler_logp.detach()
-        finite = finite & torch.isfinite(sampler_logp)
-    valid = keep & finite  # [N]
-    dropped = (keep & ~finite).sum().to(logp.dtype)
-    # Dropped tokens get old = logp (ratio 1) and adv = 0 so no NaN or inf can
-    # reach the graph, even through branches torch.where does not select.
-    old = torch.where(valid, old_logp, logp.detach())
-    a = torch.where(valid, adv.detach(), 0.0)
+    valid, old, a, sampler_logp, dropped = drop_nonfinite(logp, old_logp, adv, mask, sampler_logp)
 
     log_ratio = (logp - old).clamp(-log_ratio_clamp, log_ratio_clamp)  # [N]
     if ratio_level == "token":
