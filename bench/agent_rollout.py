@@ -63,20 +63,14 @@ import r1.generate  # noqa: E402
 import r1.rollout  # noqa: E402
 from r1.envs.base import Action  # noqa: E402
 from r1.envs.tool_env import ToolEnv  # noqa: E402
+from bench.rollout import SHAPES  # noqa: E402  (the model shapes every benchmark uses)
 from r1.generate import Generator, Sampling  # noqa: E402
-from r1.model import ModelConfig, Transformer, tiny_config  # noqa: E402
+from r1.model import Transformer, tiny_config  # noqa: E402
 from r1.rollout import AgentEnvLoop  # noqa: E402
 from r1.sft import expert_example  # noqa: E402
 from r1.tasks import gsm8k  # noqa: E402
 from r1.tokenizer import load_tokenizer  # noqa: E402
 
-SHAPES = {
-    "3b": ModelConfig(arch="qwen2", vocab_size=151936, hidden_size=2048, intermediate_size=11008, num_layers=36,
-                      num_heads=16, num_kv_heads=2, head_dim=128, rope_theta=1e6, rms_eps=1e-6, tie_embeddings=True,
-                      qkv_bias=True),
-    "135m": ModelConfig(arch="llama", vocab_size=49152, hidden_size=576, intermediate_size=1536, num_layers=30,
-                        num_heads=9, num_kv_heads=3, head_dim=64, rope_theta=1e5, rms_eps=1e-5, tie_embeddings=True),
-}
 # configs/gsm8k_tool.yaml
 MAX_NEW, MAX_STEPS, MAX_CONTEXT, PENALTY = 192, 6, 2048, -0.1
 
