@@ -9,21 +9,15 @@ import json
 import os
 import sys
 
+from r1.logger import read_back
+
 
 def read_metrics(path: str) -> list:
-    """The JSON lines of a metrics file; a line cut short by a crash is skipped."""
+    """The metrics lines of a file (r1.logger.read_back: a cut-off last line is dropped with a warning);
+    [] when there is no such file yet."""
     if not os.path.isfile(path):
         return []
-    out = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(row, dict):
-                out.append(row)
-    return out
+    return [json.loads(line) for line in read_back(path, float("inf"))]
 
 
 def _mean(rows: list, key: str):
@@ -44,8 +38,9 @@ def summarize_run(run_dir: str, config_path: str | None = None) -> list[str]:
     if sft:
         first, last = sft[0].get("sft_loss"), sft[-1].get("sft_loss")
         lines.append(f"SFT warm-up: {len(sft)} steps, loss {_fmt(first)} -> {_fmt(last)} (run folder sft/)")
-    rl = [r for r in read_metrics(os.path.join(run_dir, "metrics.jsonl")) if r.get("iter", 0) >= 1]
-    evals = [r for r in read_metrics(os.path.join(run_dir, "metrics.jsonl")) if "eval_accuracy" in r]
+    rows = read_metrics(os.path.join(run_dir, "metrics.jsonl"))
+    rl = [r for r in rows if r.get("iter", 0) >= 1]
+    evals = [r for r in rows if "eval_accuracy" in r]
     if rl:
         k = max(1, min(5, len(rl) // 2))
         head, tail = rl[:k], rl[-k:]
@@ -80,7 +75,11 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1 or not os.path.isdir(argv[0]):
         sys.exit("usage: python -m r1.summary RUN_DIR")
-    print("\n".join(summarize_run(argv[0])))
+    try:
+        print("\n".join(summarize_run(argv[0])))
+    except ValueError as e:  # a damaged metrics line: read_back names its file and line
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":
