@@ -57,16 +57,10 @@ def rl_after_sft(cfg):
 
 
 def _sft_step(run_dir):
-    import json
-
+    """The step of the SFT phase's latest checkpoint: its folder is named iter_<step> (r1.checkpoint)."""
     from r1 import checkpoint
 
-    path = checkpoint.latest(run_dir)
-    try:
-        with open(os.path.join(path, "extra.json")) as f:
-            return int(json.load(f)["iteration"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return "its latest checkpoint"
+    return int(os.path.basename(checkpoint.latest(run_dir)).rpartition("_")[2])
 
 
 def _free_cuda():
