@@ -207,7 +207,7 @@ def ours_stats(run: str) -> dict:
     if not rows:
         raise SystemExit(f"error: {run}/metrics.jsonl has no training iterations")
     seconds = sum(m["time_rollout"] + m["time_score"] + m["time_train"] for m in rows)
-    episodes = sum(m["n"] for m in rows)
+    episodes = int(sum(m["n"] for m in rows))
     sampled = sum(m["mean_response_len"] * m["n"] for m in rows)
     return {"seconds": round(seconds, 1), "iterations": len(rows), "episodes": episodes,
             "sampled_tokens": round(sampled), "episodes_s": round(episodes / seconds, 3),
