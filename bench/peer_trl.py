@@ -226,6 +226,20 @@ def peak_from_smi(path: str | None) -> dict:
     return peaks
 
 
+def process_seconds(results_dir: str) -> dict:
+    """{phase: seconds} of whole commands (start-up, loading and export included), from the
+    `HH:MM:SS done NAME Ns` lines bench/peer_trl.sh writes to progress.txt."""
+    import re
+
+    out, path = {}, os.path.join(results_dir, "progress.txt")
+    if os.path.exists(path):
+        for line in open(path):
+            m = re.match(r"\S+ done (\S+) (\d+)s$", line.strip())
+            if m:
+                out[m.group(1)] = int(m.group(2))
+    return out
+
+
 def report(a) -> dict:
     from r1.compare import correct_by_problem, mcnemar
 
@@ -239,11 +253,18 @@ def report(a) -> dict:
     peaks = peak_from_smi(a.smi)
     ours["peak_gpu_gb"] = round(peaks[a.ours_gpu] / 1024, 1) if a.ours_gpu in peaks else None
     trl["peak_gpu_gb"] = round(peaks[a.trl_gpu] / 1024, 1) if a.trl_gpu in peaks else None
+    walls = process_seconds(os.path.dirname(os.path.abspath(a.ours)))
+    for side, name in ((ours, "ours"), (trl, "trl")):  # the whole command, start-up and export included
+        if name in walls:
+            side["process_seconds"] = walls[name]
+            side["process_episodes_s"] = round(side["episodes"] / walls[name], 3)
     ev = {k: acc(p) for k, p in (("sft", a.sft_eval), ("ours", a.ours_eval), ("trl", a.trl_eval)) if p}
     res = {
         "name": "peer_trl", "date": time.strftime("%Y-%m-%d"), "hardware": a.hardware,
         "seconds": a.seconds, "r1_episodes_s": ours["episodes_s"], "trl_episodes_s": trl["episodes_s"],
         "episodes_ratio": round(ours["episodes_s"] / trl["episodes_s"], 2) if trl["episodes_s"] else math.inf,
+        "episodes_ratio_process": (round(ours["process_episodes_s"] / trl["process_episodes_s"], 2)
+                                   if "process_episodes_s" in ours and "process_episodes_s" in trl else None),
         "r1_sampled_tok_s": ours["sampled_tok_s"], "trl_sampled_tok_s": trl["sampled_tok_s"],
         "r1_iterations": ours["iterations"], "trl_iterations": trl["iterations"],
         "r1_accuracy": ev.get("ours", {}).get("accuracy"), "trl_accuracy": ev.get("trl", {}).get("accuracy"),

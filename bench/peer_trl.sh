@@ -42,12 +42,12 @@ lane_sft() {
     && ev 0 "$R/sft/hf" sft
 }
 lane_cli() {  # issue 16: SFT then RL on the command-line assistant, held-out success before and after RL
-  local CC="--config configs/cli.yaml log.progress=false"
-  phase cli env CUDA_VISIBLE_DEVICES=1 python3 train.py $CC model.path="$M" run.dir="$R/cli" \
+  local CLI_ARGS="--config configs/cli.yaml log.progress=false"  # not CC: an exported CC is the C compiler triton calls
+  phase cli env CUDA_VISIBLE_DEVICES=1 python3 train.py $CLI_ARGS model.path="$M" run.dir="$R/cli" \
     train.time_limit=$CLI_TIME train.steps=1000 eval.every=0 train.checkpoint_every=100000 || return 1
-  phase eval-cli-base env CUDA_VISIBLE_DEVICES=1 python3 eval.py $CC model.path="$M" eval.limit=0 eval.out="$R/eval-cli-base"
-  phase eval-cli-sft env CUDA_VISIBLE_DEVICES=1 python3 eval.py $CC model.path="$R/cli/sft/hf" eval.limit=0 eval.out="$R/eval-cli-sft"
-  phase eval-cli-rl env CUDA_VISIBLE_DEVICES=1 python3 eval.py $CC model.path="$R/cli" eval.limit=0 eval.out="$R/eval-cli-rl"
+  phase eval-cli-base env CUDA_VISIBLE_DEVICES=1 python3 eval.py $CLI_ARGS model.path="$M" eval.limit=0 eval.out="$R/eval-cli-base"
+  phase eval-cli-sft env CUDA_VISIBLE_DEVICES=1 python3 eval.py $CLI_ARGS model.path="$R/cli/sft/hf" eval.limit=0 eval.out="$R/eval-cli-sft"
+  phase eval-cli-rl env CUDA_VISIBLE_DEVICES=1 python3 eval.py $CLI_ARGS model.path="$R/cli" eval.limit=0 eval.out="$R/eval-cli-rl"
 }
 
 lane_sft & A=$!
@@ -67,6 +67,8 @@ kill $S 2>/dev/null
 ev 0 "$R/ours" ours & ev 1 "$R/trl/hf" trl & wait
 phase report python3 bench/peer_trl.py report --ours "$R/ours" --trl "$R/trl" --sft-eval "$R/eval-sft" \
   --ours-eval "$R/eval-ours" --trl-eval "$R/eval-trl" --smi "$R/smi.csv" --seconds $W \
-  --hardware "2 x NVIDIA H200 (one per trainer)" --json "$R/peer_trl_h200.json"
+  --hardware "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), one per trainer; $(python3 -c \
+  'import torch, transformers, trl; print(f"torch {torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}")')" \
+  --json "$R/peer_trl_h200.json"
 log "all done"
 touch "$R/ALL.done"
