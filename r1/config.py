@@ -111,6 +111,9 @@ class Env:
     the task's answer format (0 = off; a small value such as 0.05; see docs/tasks.md on reward hacking)."""
     tool_success_reward: float = 0.0
     """Shaping: reward added for each step whose tool calls all ran without error (0 = off)."""
+    command_reward: float = 0.0
+    """Shaping, data.task=cli only: reward added for each step whose shell commands were all accepted by the
+    sandbox (whitelisted, inside the folder), whether or not they then succeeded (0 = off)."""
     tools: list[str] | None = None
     """Tools the env offers: registered names or package.module:attr; null = the task's own tools."""
 
@@ -310,7 +313,8 @@ BOUNDS = {
     "train.steps": (0, None), "train.lr": (0.0, None), "train.critic_lr": (0.0, None), "train.warmup": (0, None),
     "train.weight_decay": (0.0, None), "train.grad_clip": (0.0, None), "train.micro_tokens": (0, None),
     "train.sft_batch": (1, None), "train.sft_steps": (0, None), "train.sft_lr": (0.0, None),
-    "env.format_reward": (0.0, None), "env.tool_success_reward": (0.0, None), "train.checkpoint_every": (1, None), "train.time_limit": (0.0, None),
+    "env.format_reward": (0.0, None), "env.tool_success_reward": (0.0, None),
+    "env.command_reward": (0.0, None), "train.checkpoint_every": (1, None), "train.time_limit": (0.0, None),
     "train.keep_checkpoints": (1, None),
     "eval.every": (0, None), "eval.limit": (0, None), "eval.n": (1, None), "eval.temperature": (0.0, None),
 }
@@ -582,11 +586,18 @@ def validate(cfg: Config, origin: dict | None = None):
         task = get_task(cfg.data.task)
     except ValueError as e:
         raise ConfigError(f"config key {name('data.task')}: {e}") from None
-    if cfg.data.task == "synthetic":
-        from r1.tasks.synthetic import MAX_LEVEL  # the limit lives with the task
+    if cfg.data.task in ("synthetic", "cli"):  # the limit lives with the task
+        from importlib import import_module
 
-        if cfg.data.level > MAX_LEVEL:
-            fail("data.level", f"in [1, {MAX_LEVEL}] for data.task=synthetic")
+        top = import_module(f"r1.tasks.{cfg.data.task}").MAX_LEVEL
+        if cfg.data.level > top:
+            fail("data.level", f"in [1, {top}] for data.task={cfg.data.task}")
+    if cfg.env.command_reward:
+        from r1.tasks.cli import cli_env
+
+        if task.env is not cli_env:
+            raise ConfigError(f"config key {name('env.command_reward')} is paid by the cli task's shell sandbox "
+                              f"only; data.task={cfg.data.task} would ignore it (set it to 0)")
     if task.needs_path and not cfg.data.path:
         raise ConfigError(f"config key {name('data.path')} must name the data of data.task={cfg.data.task}, "
                           f"got {cfg.data.path!r}")

@@ -13,7 +13,7 @@ import stat
 
 import pytest
 
-from r1.config import load_config
+from r1.config import ConfigError, load_config
 from r1.envs.base import Action
 from r1.envs.tools import get_tool
 from r1.sft import expert_example
@@ -221,12 +221,20 @@ def test_shaping_keys(tok):
     assert env.step(Action([], call("cat nope.txt")))[1] == pytest.approx(-0.4)  # ran and failed: well formed
     assert env.step(Action([], "<tool_call>{bad json</tool_call>"))[1] == pytest.approx(-0.5)
     env.close()
-    shaped = cli.CliEnv(tok, command_reward=0.25, max_context=2048, max_new_tokens=64)
+    shaped = make_env(cfg_of("env.command_reward=0.25"), tok)()  # the config key reaches the env
     shaped.reset(row)
     assert shaped.step(Action([], call("cat nope.txt")))[1] == pytest.approx(0.25)  # accepted, then failed
     assert shaped.step(Action([], call("cat ../x")))[1] == 0.0  # refused
     assert shaped.step(Action([], "#### wrong"))[1] == 0.0  # a final answer is not a command
     assert shaped.root is None
+
+
+def test_level_and_command_reward_are_checked_at_config_time():
+    with pytest.raises(ConfigError, match=r"data.level.*in \[1, 3\] for data.task=cli, got 4"):
+        cfg_of("data.level=4")
+    with pytest.raises(ConfigError, match="env.command_reward.*cli task's shell sandbox only; data.task=gsm8k_tool"):
+        load_config([os.path.join(ROOT, "configs", "gsm8k_tool.yaml")], ["env.command_reward=0.1"])
+    assert cfg_of("data.level=3", "env.command_reward=0.1").env.command_reward == 0.1
 
 
 def test_cli_needs_the_shell_tool(tok):

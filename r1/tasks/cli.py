@@ -419,7 +419,7 @@ class CliEnv(ToolEnv):
     The sandbox folder is created at reset and removed (in the background, see remove_later) when the
     episode ends (a final answer or max_steps), at the next reset, on close(), or when the env is
     garbage collected.
-    `command_reward` (shaping, default 0) is paid for a step whose shell commands were all
+    `command_reward` (shaping, env.command_reward, default 0) is paid for a step whose shell commands were all
     accepted (none refused as unsafe or unknown), whether or not they then succeeded."""
 
     def __init__(self, tokenizer, tools=("shell",), command_reward: float = 0.0, max_output: int = MAX_OUTPUT,
@@ -471,7 +471,8 @@ def cli_env(cfg, tokenizer, tools) -> CliEnv:
     e = cfg.env
     return CliEnv(tokenizer, tools=tuple(tools), max_steps=e.max_steps, malformed_penalty=e.malformed_penalty,
                   format_reward=e.format_reward, tool_success_reward=e.tool_success_reward,
-                  max_context=e.max_context, max_new_tokens=cfg.rollout.max_new_tokens, policy=e.context_policy)
+                  command_reward=e.command_reward, max_context=e.max_context,
+                  max_new_tokens=cfg.rollout.max_new_tokens, policy=e.context_policy)
 
 
 # ================================================================ the expert
