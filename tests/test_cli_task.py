@@ -66,8 +66,10 @@ def test_levels_grow_and_bad_level_is_an_error():
     assert depth[1] == 0 and depth[2] == 1 and depth[3] == 2
     with pytest.raises(ValueError, match="data.level=4: the cli task has levels 1 to 3"):
         cli.make_dataset(1, 0, 4)
+    cfg = cfg_of("data.level=3")
+    cfg.data.level = 5  # past the config check (a config made in code): the rows refuse it too
     with pytest.raises(ValueError, match="levels 1 to 3"):
-        load_rows(cfg_of("data.level=5"), "train")
+        load_rows(cfg, "train")
 
 
 def test_materialized_tree_matches_the_spec(tmp_path):
