@@ -22,7 +22,7 @@ import warnings
 
 import torch
 
-from r1 import checkpoint, distributed, memory
+from r1 import checkpoint, disk, distributed, memory
 from r1.logger import Logger
 from r1.packing import split_by_tokens
 from r1.envs.tools import get_tool
@@ -100,7 +100,7 @@ def run_sft(cfg):
 def setup_sft(cfg, then_rl=None) -> dict:
     """Everything that can fail on bad input (paths, model, tokenizer, data), before run.dir is created.
     `then_rl`: the RL config this SFT phase leads into (train.sft_steps); its memory plan is checked
-    here too, so an RL phase that cannot fit is refused before the SFT phase spends any time."""
+    here too (memory and disk), so an RL phase that cannot fit is refused before the SFT phase spends any time."""
     d = distributed.init(cfg.run.device)
     check_run_dir(cfg)
     torch.manual_seed(cfg.run.seed)
@@ -110,6 +110,7 @@ def setup_sft(cfg, then_rl=None) -> dict:
     plan = memory.plan_for(cfg, mcfg, d)  # auto micro_tokens/checkpointing, or refuse in one line
     if then_rl is not None:  # same architecture: the RL phase starts from this model's export
         memory.plan(then_rl, mcfg, d.world, d.device.type, memory.device_capacity(d.device))
+    disk.plan_for(cfg, mcfg, d, then_rl)  # room for both phases' checkpoints and exports, or refuse
     model = distributed.parallelize(model, d, plan.checkpointing)
     tools = tool_schemas(cfg)
     rows = load_rows(cfg, "train")

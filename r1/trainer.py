@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
-from r1 import checkpoint, distributed, memory
+from r1 import checkpoint, disk, distributed, memory
 from r1 import packing
 from r1.algos.estimators import ESTIMATORS
 from r1.algos.losses import aggregate, entropy_bonus, kl_penalty, value_loss
@@ -248,6 +248,7 @@ class Trainer:
                                              self.device, seed=cfg.run.seed).to(self.dtype).eval()
             self.rollout_model.requires_grad_(False)
         self.plan = memory.plan_for(cfg, self.model_cfg, self.d)  # auto slots/micro_tokens/checkpointing, or refuse
+        disk.plan_for(cfg, self.model_cfg, self.d)  # room for its checkpoints and hf/, or refuse
         ac = self.plan.checkpointing
         self.policy = distributed.parallelize(self.policy, self.d, ac)
         if self.critic is not None:
