@@ -167,6 +167,16 @@ def test_two_processes_match_one(tmp_path, tok_dir):
     wb = load_file(os.path.join(two, "hf", "model.safetensors"))
     for k in wa:
         assert (wa[k] - wb[k]).abs().max() < 1e-5, k
+    # r1/disk.py's estimate of a checkpoint sharded over 2 ranks (each rank's files, metadata, RNG)
+    from r1 import disk
+    from r1.model import ModelConfig
+
+    with open(os.path.join(two, "hf", "config.json")) as f:
+        mc = ModelConfig.from_hf(json.load(f))
+    folder = os.path.join(two, "checkpoints", "iter_000002")
+    written = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder))
+    est = disk.checkpoint_bytes(load_config(os.path.join(two, "config.yaml")), mc, world=2)
+    assert written <= est < 1.005 * written, (est, written)
 
 
 def test_explained_variance_is_over_the_iteration_not_a_mean_of_micro_batches():
