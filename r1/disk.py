@@ -19,9 +19,9 @@ fit in memory. At its fullest, run.dir holds:
   more than the run writes (every `checkpoint_every`-th iteration and the
   last; a time limit ends the run with one save, never more than running
   to the end would write) plus those already there (a resume prunes them
-  only after its first save). The SFT phase keeps 2 (r1/sft.py calls
-  `save` without `keep`) and saves every 10 x checkpoint_every steps
-  (r1/sft.py `warmup_config`);
+  only after its first save). The SFT phase keeps train.keep_checkpoints
+  too and, as the warm-up of an RL run, saves every 10 x checkpoint_every
+  steps (r1/sft.py `warmup_config`);
 - hf/: the policy in the export dtype (the rollout dtype for RL, float32
   for SFT) and the tokenizer files. The SFT phase of an RL run leaves its
   sft/hf/ for the RL phase (its checkpoints are removed), so the RL phase
@@ -51,7 +51,6 @@ STATE_ENTRIES = 20  # an optimizer's parameter-group fields and a scheduler's, s
 FILE_BYTES = 16 * 1024  # rng_rank{r}.pt (~7 KB) of each rank; extra.json and manifest.json once
 TOKENIZER_BYTES = 128  # hf/'s tokenizer files and configs per vocabulary entry (SmolLM2's: 3.5 MB for 49152)
 SAFETENSORS_ENTRY = 256  # a tensor's entry in model.safetensors' JSON header
-SFT_KEEP = 2  # r1/sft.py calls checkpoint.save without `keep`: its default
 
 
 # ------------------------------------------------------------------ sizes
@@ -142,7 +141,7 @@ def phase(cfg: Config, mc, world: int, device_type: str, found: Found, label: st
           carried: int = 0) -> Phase:
     """The disk of a run with this config (train.stage rl or sft), given what run.dir holds already."""
     sft = cfg.train.stage == "sft"
-    keep = SFT_KEEP if sft else cfg.train.keep_checkpoints
+    keep = cfg.train.keep_checkpoints
     dtype_size = 4 if sft else rollout_dtype_bytes(cfg, device_type)  # r1/sft.py exports float32
     existing, _, newest = found.checkpoints.get(cfg.run.dir, (0, 0, 0))
     start = newest if cfg.run.resume else 0

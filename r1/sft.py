@@ -164,7 +164,8 @@ def train_sft(s: dict):
             log.log(step + 1, {"sft_loss": float(distributed.all_sum(loss_sum, d)) / d.world, "grad_norm": float(gn),
                                "lr": sched.get_last_lr()[0], "train_tok_s": float(distributed.all_sum(ntok, d)) / dt})
             if (step + 1) % cfg.train.checkpoint_every == 0 or step + 1 == cfg.train.steps:
-                checkpoint.save(cfg.run.dir, step + 1, models, optims, scheds, {"iteration": step + 1}, d)
+                checkpoint.save(cfg.run.dir, step + 1, models, optims, scheds, {"iteration": step + 1}, d,
+                                keep=cfg.train.keep_checkpoints)
         from r1.weights import save_hf
 
         full = distributed.full_state_dict(model)
