@@ -39,16 +39,7 @@ RLARGS="rollout.prompts=64 rollout.n=8 rollout.slots=512 algo.minibatches=4 trai
   train.time_limit=$RL_TIME train.checkpoint_every=1000 eval.every=5 eval.limit=256 ${RL_EXTRA:-}"
 LRS=${RL_LRS:-1e-5}
 
-log() { echo "$(date +%H:%M:%S) $*" | tee -a "$R/progress.txt"; }
-phase() {  # name command...: run once, mark done on success
-  local name=$1; shift
-  [ -e "$R/$name.done" ] && { log "skip $name (done)"; return 0; }
-  case " ${SKIP:-} " in *" $name "*) log "skip $name (SKIP)"; return 0 ;; esac
-  log "start $name"
-  local t0=$SECONDS
-  if "$@" > "$R/$name.log" 2>&1; then touch "$R/$name.done"; log "done $name $((SECONDS - t0))s"
-  else log "FAIL $name rc=$? $((SECONDS - t0))s: $(tail -2 "$R/$name.log" | tr '\n' ' ' | cut -c1-300)"; return 1; fi
-}
+. "$(dirname "$0")/phases.sh"  # log, phase
 ev() {  # gpu model name
   phase "eval-$3" env CUDA_VISIBLE_DEVICES=$1 python3 eval.py $C model.path=$2 eval.limit=$EVAL_LIMIT \
     eval.out="$R/eval-$3" && tail -1 "$R/eval-$3.log" > "$R/eval-$3.json"

@@ -32,7 +32,6 @@ Why it is built this way:
 """
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -75,10 +74,9 @@ def prompt_messages(row) -> list:
     the calculator schema block, then the question."""
     from r1.envs.tools import get_tool
     from r1.tasks import gsm8k
-    from r1.tokenizer import _hermes_messages, _normalize_messages, _normalize_tools
+    from r1.tokenizer import hermes_messages
 
-    tools = _normalize_tools([get_tool("calculator").schema])
-    return _hermes_messages(_normalize_messages(gsm8k.make_prompt(row, tools=True)), tools)
+    return hermes_messages(gsm8k.make_prompt(row, tools=True), [get_tool("calculator").schema])
 
 
 def calculator(expression: str) -> str:
@@ -198,21 +196,38 @@ def train(a) -> dict:
 # ---------------------------------------------------------------- report
 
 
+def loop_seconds(run: str, rows: list) -> tuple:
+    """(seconds, how) of our training loop, measured as TRL's is (first iteration's start to last
+    iteration's end, logging and trajectory writing included): the last `time_elapsed` in
+    metrics.jsonl; for a run from before that key, an upper bound from tensorboard, from the event
+    file's creation (before the loop starts) to the last iteration's scalars."""
+    if "time_elapsed" in rows[-1]:
+        return rows[-1]["time_elapsed"], "time_elapsed"
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tb = EventAccumulator(os.path.join(run, "tb"))
+    tb.Reload()
+    return tb.Scalars("reward_mean")[-1].wall_time - tb.FirstEventTimestamp(), "tensorboard (upper bound)"
+
+
 def ours_stats(run: str) -> dict:
-    """Iterations, episodes, sampled tokens and loop seconds of one of our runs, from its metrics.jsonl."""
+    """Iterations, episodes, sampled tokens and loop seconds of one of our runs, from its metrics."""
     from r1.logger import read_back
 
     lines = read_back(os.path.join(run, "metrics.jsonl"), upto=10**9)
     rows = [m for m in map(json.loads, lines) if "time_rollout" in m]
     if not rows:
         raise SystemExit(f"error: {run}/metrics.jsonl has no training iterations")
-    seconds = sum(m["time_rollout"] + m["time_score"] + m["time_train"] for m in rows)
+    seconds, how = loop_seconds(run, rows)
+    phases = sum(m["time_rollout"] + m["time_score"] + m["time_train"] for m in rows)
     episodes = int(sum(m["n"] for m in rows))
     sampled = sum(m["mean_response_len"] * m["n"] for m in rows)
-    return {"seconds": round(seconds, 1), "iterations": len(rows), "episodes": episodes,
+    return {"seconds": round(seconds, 1), "seconds_from": how, "phase_seconds": round(phases, 1),
+            "iterations": len(rows), "episodes": episodes,
             "sampled_tokens": round(sampled), "episodes_s": round(episodes / seconds, 3),
             "sampled_tok_s": round(sampled / seconds, 1),
-            "batch_reward_mean": round(sum(m["reward_mean"] * m["n"] for m in rows) / episodes, 4)}
+            "batch_reward_mean": round(sum(m["reward_mean"] * m["n"] for m in rows) / episodes, 4),
+            "peak_memory_gb": round(max(m.get("peak_mem_gb", 0.0) for m in rows), 2) or None}  # torch allocated
 
 
 def peak_from_smi(path: str | None) -> dict:
@@ -247,9 +262,15 @@ def report(a) -> dict:
         return mcnemar(correct_by_problem(x), correct_by_problem(y))
 
     def acc(path):
-        return json.load(open(os.path.join(path, "eval.json")))
+        f = os.path.join(path, "eval.json")
+        if not os.path.isfile(f):
+            raise SystemExit(f"error: {f} not found (the eval.out folder eval.py wrote)")
+        return json.load(open(f))
 
-    ours, trl = ours_stats(a.ours), json.load(open(os.path.join(a.trl, "trl_stats.json")))
+    stats = os.path.join(a.trl, "trl_stats.json")
+    if not os.path.isfile(stats):
+        raise SystemExit(f"error: {stats} not found (written by `peer_trl.py train --out {a.trl}` when it ends)")
+    ours, trl = ours_stats(a.ours), json.load(open(stats))
     peaks = peak_from_smi(a.smi)
     ours["peak_gpu_gb"] = round(peaks[a.ours_gpu] / 1024, 1) if a.ours_gpu in peaks else None
     trl["peak_gpu_gb"] = round(peaks[a.trl_gpu] / 1024, 1) if a.trl_gpu in peaks else None
@@ -262,7 +283,7 @@ def report(a) -> dict:
     res = {
         "name": "peer_trl", "date": time.strftime("%Y-%m-%d"), "hardware": a.hardware,
         "seconds": a.seconds, "r1_episodes_s": ours["episodes_s"], "trl_episodes_s": trl["episodes_s"],
-        "episodes_ratio": round(ours["episodes_s"] / trl["episodes_s"], 2) if trl["episodes_s"] else math.inf,
+        "episodes_ratio": round(ours["episodes_s"] / trl["episodes_s"], 2) if trl["episodes_s"] else None,
         "episodes_ratio_process": (round(ours["process_episodes_s"] / trl["process_episodes_s"], 2)
                                    if "process_episodes_s" in ours and "process_episodes_s" in trl else None),
         "r1_sampled_tok_s": ours["sampled_tok_s"], "trl_sampled_tok_s": trl["sampled_tok_s"],

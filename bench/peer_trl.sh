@@ -21,16 +21,7 @@ M=$1; R=$2; mkdir -p "$R"
 W=${PEER_SECONDS:-300}; SFT_STEPS=${SFT_STEPS:-467}; CLI_TIME=${CLI_TIME:-0}
 C="--config configs/gsm8k_tool.yaml log.progress=false"
 
-log() { echo "$(date +%H:%M:%S) $*" | tee -a "$R/progress.txt"; }
-phase() {  # name command...: run once, mark done on success
-  local name=$1; shift
-  [ -e "$R/$name.done" ] && { log "skip $name (done)"; return 0; }
-  case " ${SKIP:-} " in *" $name "*) log "skip $name (SKIP)"; return 0 ;; esac
-  log "start $name"
-  local t0=$SECONDS
-  if "$@" > "$R/$name.log" 2>&1; then touch "$R/$name.done"; log "done $name $((SECONDS - t0))s"
-  else log "FAIL $name rc=$? $((SECONDS - t0))s: $(tail -2 "$R/$name.log" | tr '\n' ' ' | cut -c1-300)"; return 1; fi
-}
+. "$(dirname "$0")/phases.sh"  # log, phase
 ev() {  # gpu model name
   phase "eval-$3" env CUDA_VISIBLE_DEVICES=$1 python3 eval.py $C model.path=$2 \
     eval.out="$R/eval-$3" model.tokenizer="$R/sft/hf" eval.limit=${EVAL_LIMIT:-0}

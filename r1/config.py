@@ -586,12 +586,8 @@ def validate(cfg: Config, origin: dict | None = None):
         task = get_task(cfg.data.task)
     except ValueError as e:
         raise ConfigError(f"config key {name('data.task')}: {e}") from None
-    if cfg.data.task in ("synthetic", "cli"):  # the limit lives with the task
-        from importlib import import_module
-
-        top = import_module(f"r1.tasks.{cfg.data.task}").MAX_LEVEL
-        if cfg.data.level > top:
-            fail("data.level", f"in [1, {top}] for data.task={cfg.data.task}")
+    if task.max_level is not None and cfg.data.level > task.max_level:  # the limit lives with the task
+        fail("data.level", f"in [1, {task.max_level}] for data.task={cfg.data.task}")
     if cfg.env.command_reward:
         from r1.tasks.cli import cli_env
 

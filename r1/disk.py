@@ -146,7 +146,8 @@ def phase(cfg: Config, mc, world: int, device_type: str, found: Found, label: st
     existing, _, newest = found.checkpoints.get(cfg.run.dir, (0, 0, 0))
     start = newest if cfg.run.resume else 0
     n = coexisting(saves(cfg.train.steps, cfg.train.checkpoint_every, start), keep, existing)
-    return Phase(label, checkpoint_bytes(cfg, mc, world), n, hf_bytes(mc, dtype_size), hf_name, carried)
+    export = hf_bytes(mc, dtype_size) if start < cfg.train.steps else 0  # a finished run's hf/ is on disk already
+    return Phase(label, checkpoint_bytes(cfg, mc, world), n, export, hf_name, carried)
 
 
 def phases(cfg: Config, mc, world: int, device_type: str, found: Found, sft_of=None) -> list:
@@ -179,8 +180,13 @@ def plan(cfg: Config, mc, world: int, device_type: str, found: Found, sft_of=Non
     what = (f"{peak.count} {peak.label}checkpoint{'s' if peak.count != 1 else ''} of {_gib(peak.checkpoint)} + "
             f"{peak.hf_name} {_gib(peak.hf)}" + (f" + sft/hf/ {_gib(peak.carried)}" if peak.carried else ""))
     fixes = _fixes(cfg, need, available)
-    fix = f"set {' or '.join(fixes)}, or use a run.dir" if fixes else "use a run.dir"
-    raise ConfigError(f"disk: {what} need {_gib(peak.total)} under {found.where} ({room}); {fix} on a larger disk")
+    missing = _gib(peak.total - available)
+    short = f"{missing} short"
+    if held and cfg.run.resume:  # its checkpoints are in this run.dir: moving away would start over
+        fix = f"free {missing} under {found.where}" + (f" or set {' or '.join(fixes)}" if fixes else "")
+    else:
+        fix = (f"set {' or '.join(fixes)}, or use a run.dir" if fixes else "use a run.dir") + " on a larger disk"
+    raise ConfigError(f"disk: {what} need {_gib(peak.total)} under {found.where} ({room}, {short}); {fix}")
 
 
 def _fixes(cfg: Config, need, available: int) -> list:
@@ -210,7 +216,8 @@ def _fixes(cfg: Config, need, available: int) -> list:
 
 
 def _gib(b: int) -> str:
-    return f"{b / GiB:.1f} GiB"
+    """Bytes for people: GiB with one decimal, MiB below 1 GiB (a tiny run's plan is not all zeros)."""
+    return f"{b / GiB:.1f} GiB" if b >= GiB else f"{b / 2**20:.1f} MiB"
 
 
 # ------------------------------------------------------------------ the machine
@@ -245,7 +252,15 @@ def plan_for(cfg: Config, mc, d, then_rl: Config | None = None) -> str | None:
         return None
     user, sft_of = (cfg, None) if then_rl is None else (then_rl, _warmup_config)
     dirs = [cfg.run.dir] + ([then_rl.run.dir] if then_rl is not None else [])
-    found = distributed.gather_objects(measure(user.run.dir, dirs) if d.main else None, d)[0]
+    mine = None
+    if d.main:
+        try:
+            mine = measure(user.run.dir, dirs)
+        except OSError as e:  # every rank must hear of it, or the others wait in the gather forever
+            mine = f"disk: could not measure the free space for run.dir {user.run.dir}: {e}"
+    found = distributed.gather_objects(mine, d)[0]
+    if isinstance(found, str):
+        raise ConfigError(found)
     line = plan(user, mc, d.world, d.device.type, found, sft_of)
     if d.main:
         print(line, flush=True)

@@ -286,6 +286,13 @@ def _normalize_tools(tools) -> list[dict]:
     return out
 
 
+def hermes_messages(messages, tools=None) -> list[dict]:
+    """A conversation with tool schemas, calls and results as the plain system/user/assistant messages
+    that a template without tool support renders (the module docstring's Hermes convention); for a
+    peer that must see our exact prompts through its own chat template (bench/peer_trl.py)."""
+    return _hermes_messages(_normalize_messages(messages), _normalize_tools(tools))
+
+
 def _hermes_messages(messages: list[dict], tools: list[dict]) -> list[dict]:
     """Tool schemas, calls and results as plain system/user/assistant text (see module docstring)."""
     out, tool_turn = [], False  # tool_turn: out[-1] is a user turn made of tool responses

@@ -644,6 +644,7 @@ class Trainer:
                 if cfg.eval.every and (it + 1) % cfg.eval.every == 0:
                     res = evaluate(self, self.eval_rows, cfg, out_dir=None)
                     metrics.update({f"eval_{k}": v for k, v in res.items() if isinstance(v, (int, float))})
+                metrics["time_elapsed"] = time.time() - t0  # the loop's wall time so far (this session)
                 self.logger.log(it + 1, metrics)
                 # stop on the slowest clock (max over ranks), so every rank leaves the loop together
                 out_of_time = cfg.train.time_limit > 0 and bool(distributed.all_max(

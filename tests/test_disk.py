@@ -98,7 +98,7 @@ def test_issue15_3b_checkpoint_is_the_measured_65_gib():
     assert 5.3 * GiB < disk.hf_bytes(QWEN3B_SMOL, 2) < 5.45 * GiB
     msg = refusal(lambda: disk.plan(cfg, QWEN3B_SMOL, 2, "cuda", disk.Found("/root/sc", 115 * GiB)))
     assert msg.startswith("disk: 2 checkpoints of 64.3 GiB + hf/ 5.4 GiB need 133.9 GiB under /root/sc "
-                          "(115.0 GiB free)"), msg
+                          "(115.0 GiB free, 18.9 GiB short)"), msg
     # keep_checkpoints=1 would not help (2 saves, the second written before the first is pruned): not offered
     assert "train.checkpoint_every=2" in msg and "keep_checkpoints" not in msg and "run.dir" in msg
 
@@ -175,7 +175,12 @@ def test_checkpoints_a_resume_prunes_count_as_room():
     _, _, fits = tiny_plan("train.steps=10", "run.resume=true", free=ck + hf, found_checkpoints=held)
     assert "of earlier checkpoints" in fits()
     _, _, short = tiny_plan("train.steps=10", "run.resume=true", free=ck + hf - 1, found_checkpoints=held)
-    assert refusal(short).startswith("disk: 3 checkpoints")
+    msg = refusal(short)
+    assert msg.startswith("disk: 3 checkpoints") and ", 0.0 MiB short); free 0.0 MiB under /data" in msg, msg
+    assert "larger disk" not in msg  # moving run.dir away would start the run over
+    done = {"/data/run": (2, 2 * ck, 10)}  # finished: resuming saves nothing and its hf/ is there already
+    _, _, finished = tiny_plan("train.steps=10", "run.resume=true", free=0, found_checkpoints=done)
+    assert "x 2 + hf/ 0.0 MiB" in finished()
 
 
 def test_sft_phase_and_rl_phase_are_planned_together():
@@ -230,3 +235,17 @@ def test_evaluation_saves_nothing_and_is_never_refused(tmp_path, monkeypatch, ca
     eval_py = importlib.import_module("eval")
     eval_py.main(["--config", SMOKE, "eval.limit=2", f"eval.out={tmp_path / 'eval'}", "rollout.max_new_tokens=4"])
     assert "disk plan" not in capsys.readouterr().out
+
+
+def test_a_disk_that_cannot_be_measured_is_one_line(tmp_path, monkeypatch, capsys):
+    """Rank 0 measures for every rank: its failure is turned into the same one-line error on all of them
+    (under torchrun the others would otherwise wait in the gather forever)."""
+    def broken(path):
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(disk.shutil, "disk_usage", broken)
+    with pytest.raises(SystemExit) as e:
+        train.main(["--config", SMOKE, *TINY, f"run.dir={tmp_path / 'run'}", "train.steps=1"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: disk: could not measure the free space for run.dir"), err

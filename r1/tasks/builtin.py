@@ -50,10 +50,10 @@ def expert(row, tools):
 
 
 register_task(Task("synthetic", synthetic_rows, calculator_env, tools=("calculator",), expert=expert,
-                   doc="generated arithmetic word problems with the calculator (no download)"))
+                   max_level=synthetic.MAX_LEVEL, doc="generated arithmetic word problems with the calculator (no download)"))
 register_task(Task("gsm8k", gsm8k_rows, calculator_env, tools=(), expert=expert,
                    doc="GSM8K, single step, answer after ####"))
 register_task(Task("gsm8k_tool", gsm8k_rows, calculator_env, tools=("calculator",), expert=expert,
                    doc="GSM8K with the calculator, several steps"))
-register_task(Task("cli", cli.rows, cli.cli_env, tools=("shell",), expert=cli.expert,
+register_task(Task("cli", cli.rows, cli.cli_env, tools=("shell",), expert=cli.expert, max_level=cli.MAX_LEVEL,
                    doc="command-line assistant: answer questions about a generated folder with a sandboxed shell"))

@@ -37,6 +37,7 @@ class Task:
     tools: tuple = ()  # default tools; () = the task takes no tools
     expert: Callable | None = None  # (row, tools: list[dict] | None) -> chat messages, for SFT
     needs_path: bool = False  # data.path must name the task's data
+    max_level: int | None = None  # data.level must be in [1, max_level]; None: the task has no levels
     doc: str = ""
 
 

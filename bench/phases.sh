@@ -1,0 +1,12 @@
+# Resumable phases for the device jobs (bench/h200_learn.sh, bench/peer_trl.sh), sourced after $R is set:
+# a device machine can go away between calls, so each phase marks $R/<name>.done and a restart skips it.
+log() { echo "$(date +%H:%M:%S) $*" | tee -a "$R/progress.txt"; }
+phase() {  # name command...: run once, mark done on success
+  local name=$1; shift
+  [ -e "$R/$name.done" ] && { log "skip $name (done)"; return 0; }
+  case " ${SKIP:-} " in *" $name "*) log "skip $name (SKIP)"; return 0 ;; esac
+  log "start $name"
+  local t0=$SECONDS
+  if "$@" > "$R/$name.log" 2>&1; then touch "$R/$name.done"; log "done $name $((SECONDS - t0))s"
+  else log "FAIL $name rc=$? $((SECONDS - t0))s: $(tail -2 "$R/$name.log" | tr '\n' ' ' | cut -c1-300)"; return 1; fi
+}
