@@ -40,7 +40,7 @@ import math
 import os
 import sys
 import zlib
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 
 
 @dataclass
@@ -90,14 +90,26 @@ class Trajectory:
         return True
 
 
+def common_prefix(a: list, b: list) -> int:
+    """Length of the longest common prefix of two id lists. The usual case (b extends a, the append
+    policy) is one slice comparison at C speed; otherwise a binary search over slice comparisons."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if a[lo:mid] == b[lo:mid] else (lo, mid)
+    return lo
+
+
 def to_record(t: Trajectory) -> dict:
+    """A trajectory as its JSON record. The step fields are taken as they are (dataclasses.asdict would
+    deep-copy every id list element by element: most of the time of writing an iteration's file)."""
     steps, prev = [], []
     for s in t.steps:
-        keep = 0
-        while keep < min(len(prev), len(s.prompt_ids)) and prev[keep] == s.prompt_ids[keep]:
-            keep += 1
-        d = asdict(s)
-        del d["prompt_ids"]
+        keep = common_prefix(prev, s.prompt_ids)
+        d = {k: getattr(s, k) for k in STEP_ORDER}
         d.update(prompt_keep=keep, prompt_new=s.prompt_ids[keep:])
         steps.append(d)
         prev = s.prompt_ids + s.response_ids
@@ -106,7 +118,8 @@ def to_record(t: Trajectory) -> dict:
             "policy_version": t.steps[0].policy_version if t.steps else 0, "meta": t.meta, "steps": steps}
 
 
-STEP_FIELDS = {f.name for f in fields(Step)} - {"prompt_ids"}
+STEP_ORDER = [f.name for f in fields(Step) if f.name != "prompt_ids"]  # a record's step keys, in field order
+STEP_FIELDS = set(STEP_ORDER)
 RECORD_FIELDS = {"uid", "group", "sample_id", "total_reward", "termination", "num_steps", "num_tool_calls",
                  "policy_version", "meta", "steps"}
 

@@ -141,3 +141,18 @@ def test_render_counts_new_prompt_tokens_for_rewritten_prompts():
     text = render(t)
     assert "--- step 1: prompt 15 tokens (15 new, mask 0), response 5 tokens (mask 3/5)" in text
     assert "step 3: prompt 4 tokens (4 new" in text  # not a prefix-extension: shown whole
+
+
+def test_common_prefix_equals_the_element_by_element_count():
+    import random
+
+    from r1.trajectory import common_prefix
+
+    rng = random.Random(0)
+    for _ in range(300):
+        a = [rng.randrange(4) for _ in range(rng.randrange(12))]
+        b = a[: rng.randrange(len(a) + 1)] + [rng.randrange(4) for _ in range(rng.randrange(12))]
+        naive = 0
+        while naive < min(len(a), len(b)) and a[naive] == b[naive]:
+            naive += 1
+        assert common_prefix(a, b) == common_prefix(b, a) == naive, (a, b)
