@@ -12,7 +12,7 @@ import os
 import sys
 import time
 
-from r1.config import USER_ERRORS, ConfigError, load_config
+from r1.config import USER_ERRORS, ConfigError, load_config, run_main
 
 
 def main(argv=None):
@@ -67,10 +67,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except SystemExit as e:  # user errors exit with status 2, as in train.py
-        if isinstance(e.code, str):
-            print(e.code, file=sys.stderr)
-            sys.exit(2)
-        raise
+    run_main(main)

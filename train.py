@@ -20,7 +20,7 @@ import shutil
 import shlex
 import sys
 
-from r1.config import USER_ERRORS, ConfigError, describe, dump, load_config
+from r1.config import USER_ERRORS, ConfigError, describe, dump, load_config, run_main
 
 
 def sft_phase(cfg):
@@ -184,10 +184,4 @@ def eval_before(job, cfg):
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except SystemExit as e:  # a user error raised as SystemExit("error: ...") exits with status 2
-        if isinstance(e.code, str):
-            print(e.code, file=sys.stderr)
-            sys.exit(2)
-        raise
+    run_main(main)

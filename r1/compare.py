@@ -70,4 +70,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    from r1.config import run_main
+
+    run_main(main)

@@ -44,6 +44,21 @@ class ConfigError(ValueError):
 # entry points turn these into one `error:` line (exit 2) instead of a traceback.
 USER_ERRORS = (ConfigError, FileNotFoundError, NotADirectoryError, IsADirectoryError, ValueError, KeyError)
 
+
+def run_main(main) -> None:
+    """Run a command's main() under the README's exit codes: a user error, raised as SystemExit("error:
+    ..."), prints that one line to stderr and exits with status 2; any other exit passes through."""
+    import sys
+
+    try:
+        main()
+    except SystemExit as e:
+        if isinstance(e.code, str):
+            print(e.code, file=sys.stderr)
+            sys.exit(2)
+        raise
+
+
 @dataclass
 class Run:
     dir: str = "runs/default"

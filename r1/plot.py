@@ -91,12 +91,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    import sys
+    from r1.config import run_main
 
-    try:
-        main()
-    except SystemExit as e:  # one-line user errors exit with status 2, as train.py and eval.py do
-        if isinstance(e.code, str):
-            print(e.code, file=sys.stderr)
-            sys.exit(2)
-        raise
+    run_main(main)

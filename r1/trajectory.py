@@ -38,7 +38,6 @@ import gzip
 import json
 import math
 import os
-import sys
 import zlib
 from dataclasses import dataclass, field, fields
 
@@ -324,10 +323,6 @@ def _run_decoder(run_dir, path, header, traj):
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except SystemExit as e:  # one-line user errors exit with status 2, as train.py and eval.py do
-        if isinstance(e.code, str):
-            print(e.code, file=sys.stderr)
-            sys.exit(2)
-        raise
+    from r1.config import run_main
+
+    run_main(main)
