@@ -105,14 +105,21 @@ def final_reward(messages: list, gold: str) -> float:
 
 def train(a) -> dict:
     import torch
-    from datasets import Dataset
     from transformers import AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
-    from trl.chat_template_utils import qwen3_template
+
+    try:
+        from datasets import Dataset
+        from trl import GRPOConfig, GRPOTrainer
+        from trl.chat_template_utils import qwen3_template
+    except ImportError as e:  # only this benchmark needs them: not in requirements.txt
+        raise SystemExit(f"error: peer_trl.py train needs TRL ({e}); pip install trl==1.16.0 datasets") from None
 
     from r1.tasks import gsm8k
     from r1.tasks.builtin import GSM8K_DIR
 
+    for flag, path in (("--model", a.model), ("--tokenizer", a.tokenizer)):
+        if not os.path.isfile(os.path.join(path, "config.json" if flag == "--model" else "tokenizer_config.json")):
+            raise SystemExit(f"error: {flag} {path} is not an HF {flag[2:]} folder (e.g. our SFT run's hf/)")
     out = Path(a.out)
     if out.exists() and any(out.iterdir()):
         sys.exit(f"error: --out {out} exists and is not empty (nothing was overwritten)")
