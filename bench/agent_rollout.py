@@ -20,7 +20,8 @@ Prints one JSON object per model: `agent_tok_s` (response tokens over the wall
 time of `loop.run`, as the trainer's rollout_tok_s), `single_turn_tok_s` (the
 engine alone in the same process: the same slots, the episodes' first prompts,
 each row generating the mean response length with no stop, as bench/rollout.py),
-their `ratio`, `replayed_exactly` (episodes whose every step came out as forced),
+their `ratio`, `same_lengths_tok_s` and `ratio_same_lengths` (the engine alone with each row
+generating its own episode's response tokens: the episodes' spread of lengths, without the turns), `replayed_exactly` (episodes whose every step came out as forced),
 and `breakdown`, seconds of a second, instrumented run (a CUDA sync around each
 GPU phase): decode, first_prompt_prefill, continuation_prefill, admit_other
 (first-token sampling and bookkeeping of admitted rows), env_main (first
@@ -38,7 +39,7 @@ varlen attention) on the same trajectories: `logprob_gap_mean/max` over every
 response token, the sampler-trainer gap each RL iteration logs.
 
     python bench/agent_rollout.py --model 135m [--episodes 512] [--slots 512] [--save [PATH]] [--profile]
-    R1_COMPILE=1 R1_FUSE=1 python bench/agent_rollout.py --model 3b
+    R1_COMPILE=0 R1_FUSE=0 R1_CHUNK_GRAPHS=0 python bench/agent_rollout.py --model 3b   # the eager paths
 Without CUDA it runs a tiny random model on the CPU through the same code (a
 check: tests/test_agent_rollout_bench.py). --tokenizer takes an HF tokenizer
 folder, for a machine without the GGUF (write one with
@@ -65,7 +66,7 @@ from r1.envs.base import Action  # noqa: E402
 from r1.envs.tool_env import ToolEnv  # noqa: E402
 from bench.rollout import SHAPES  # noqa: E402  (the model shapes every benchmark uses)
 from r1.generate import Generator, Sampling  # noqa: E402
-from r1.model import Transformer, tiny_config  # noqa: E402
+from r1.model import Transformer, paths_in_use, tiny_config  # noqa: E402
 from r1.rollout import AgentEnvLoop  # noqa: E402
 from r1.sft import expert_example  # noqa: E402
 from r1.tasks import gsm8k  # noqa: E402
@@ -213,6 +214,7 @@ class Probe:
         self.t = dict.fromkeys(("decode", "first_prompt_prefill", "continuation_prefill", "admit", "env_main",
                                 "env_wait", "env_steps"), 0.0)
         self.gen, self.loop, self.sync = gen, loop, sync
+        self.calls = {"first_prompt_prefill": 0, "continuation_prefill": 0}
         self.undo = []
 
     def timed(self, key, fn, sync=True):
@@ -239,6 +241,7 @@ class Probe:
 
         def chunk(batch):
             key = "first_prompt_prefill" if all(s == 0 for _, s, _ in batch) else "continuation_prefill"
+            self.calls[key] += 1
             return self.timed(key, fwd)(batch)
         self.patch(gen, "_forward_chunk", lambda old: chunk)
         for name in ("_decode", "_decode_launch", "_decode_finish"):  # before and after the launch/finish split
@@ -273,7 +276,8 @@ class Probe:
         t["admit_other"] = t.pop("admit") - t["first_prompt_prefill"] - t["continuation_prefill"]
         inline = getattr(self.loop, "pool", None) is None  # env steps on the loop's thread, or in a pool
         t["host_loop"] = total - sum(v for k, v in t.items() if k != "env_steps" or inline)
-        return {**{k: round(v, 3) for k, v in t.items()}, "env_inline": inline}
+        return {**{k: round(v, 3) for k, v in t.items()}, "env_inline": inline,
+                **{f"{k}_calls": n for k, n in self.calls.items()}}
 
 
 def occupancy(gen):
@@ -307,11 +311,15 @@ def agent(model, tok, episodes, slots, cache_len, sync, temperature, profile=Fal
         loop.run(samples, 1, uid_prefix="warm-")  # graph capture for every batch bucket, compiles, caches
         sync()
         log, patched = occupancy(gen)
+        calls = dict(gen.chunk_graphs.calls) if gen.chunk_graphs else {}
         t = time.perf_counter()
         trajs = loop.run(samples, 1)
         sync()
         dt = time.perf_counter() - t
         delattr(gen, patched)
+        if gen.chunk_graphs:  # prefill chunks of the timed run: replayed graphs / eager forwards
+            res["chunk_calls"] = {k: v - calls[k] for k, v in gen.chunk_graphs.calls.items()}
+            res["chunk_graphs_captured"] = len(gen.chunk_graphs.graphs)
         res["tail_s"] = round(tail_seconds(log, t + dt, slots), 3)
         res["decode_calls"] = len(log)
         with Probe(gen, loop, sync) as probe:
@@ -345,7 +353,9 @@ def agent(model, tok, episodes, slots, cache_len, sync, temperature, profile=Fal
 
 
 def single_turn(model, episodes, slots, cache_len, new, sync, temperature):
-    """The engine alone on the same slots: first prompts, `new` tokens each, no stop, one call."""
+    """The engine alone on the same slots: first prompts, `new` tokens each, no stop, one call. Then the
+    same with each row generating its own episode's response tokens (all turns together): the engine
+    facing the episodes' lengths, so the gap left to the agent loop is the turns themselves."""
     cuda = next(model.parameters()).is_cuda
     gen = Generator(model, slots, cache_len, cuda_graphs=cuda)
     prompts = [e["seq"][: e["first_prompt_len"]] for e in episodes]
@@ -357,8 +367,20 @@ def single_turn(model, episodes, slots, cache_len, new, sync, temperature):
     sync()
     dt = time.perf_counter() - t
     n = sum(len(c.token_ids) for c in out)
+    lengths = [sum(map(len, e["responses"])) for e in episodes]
+    t = time.perf_counter()
+    for k, (p, m) in enumerate(zip(prompts, lengths)):
+        gen.submit(("same", k), p, m)
+    got = 0
+    while gen.busy():
+        for c in gen.step():
+            got += len(c.token_ids)
+            gen.release(c.key)
+    sync()
+    dt2 = time.perf_counter() - t
     del gen
-    return {"single_turn_tok_s": round(n / dt), "single_turn_s": round(dt, 3), "single_turn_new": new}
+    return {"single_turn_tok_s": round(n / dt), "single_turn_s": round(dt, 3), "single_turn_new": new,
+            "same_lengths_tok_s": round(got / dt2), "same_lengths_s": round(dt2, 3)}
 
 
 def main(argv=None):
@@ -411,9 +433,10 @@ def main(argv=None):
         r.update(agent(model, tok, episodes, a.slots, a.cache_len, sync, temperature, a.profile, a.gap, a.workers))
     if not a.skip_single:
         r["ratio"] = round(r["agent_tok_s"] / r["single_turn_tok_s"], 3)
+        r["ratio_same_lengths"] = round(r["agent_tok_s"] / r["same_lengths_tok_s"], 3)
     r.update(device=torch.cuda.get_device_name() if cuda else "cpu", torch=torch.__version__,
              workers=a.workers, chunks=os.environ.get("R1_CHUNKS", "default"),
-             compiled_ops=os.environ.get("R1_COMPILE") == "1", fused_projections=os.environ.get("R1_FUSE") == "1",
+             **paths_in_use(cuda), chunk_graphs_env=os.environ.get("R1_CHUNK_GRAPHS", "default"),
              date=datetime.date.today().isoformat())
     profile = r.pop("profile", None)
     print(json.dumps(r), flush=True)

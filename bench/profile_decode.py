@@ -29,7 +29,7 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.rollout import SHAPES  # noqa: E402
 from r1.generate import Generator, Sampling  # noqa: E402
-from r1.model import Transformer  # noqa: E402
+from r1.model import Transformer, paths_in_use  # noqa: E402
 
 KINDS = [  # first match wins
     ("attention", ("_decode_kernel", "_combine_kernel", "flash", "fmha", "attention", "sdpa")),
@@ -107,8 +107,7 @@ def main():
            "time": "GPU kernel time" if cuda else "CPU self time (script check only)",
            "cuda_graphs": cuda and not a.eager, "sample_path": os.environ.get("R1_SAMPLE", "triton") if cuda else "torch",
            "decode_attention": os.environ.get("R1_DECODE", "triton") if cuda else "math",
-           "compiled_ops": os.environ.get("R1_COMPILE") == "1",
-           "fused_projections": cuda and os.environ.get("R1_FUSE") == "1",
+           **paths_in_use(cuda),
            "ms_per_step_total": round(sum(by_kind.values()), 3),
            "ms_per_step_by_kind": {k: round(v, 3) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
            "top_kernels_ms_per_step": [[k[:90], round(v, 4)] for k, v in top],

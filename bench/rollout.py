@@ -8,7 +8,7 @@ roofline of the decode phase (weights + KV bytes read per step over the
 measured copy bandwidth, FLOPs over the measured bf16 matmul rate).
 
     python bench/rollout.py [--models 3b,135m] [--batches 64,256] [--save [PATH]] [--no-peer]
-    R1_COMPILE=1 python bench/rollout.py ...   # with the fused elementwise ops (r1/model.py compile_ops)
+    R1_COMPILE=0 python bench/rollout.py ...   # without the fused elementwise ops (r1/model.py compile_ops)
 """
 import argparse
 import datetime
@@ -21,7 +21,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from r1.generate import Generator, Sampling  # noqa: E402
-from r1.model import ModelConfig, Transformer  # noqa: E402
+from r1.model import ModelConfig, Transformer, paths_in_use  # noqa: E402
 
 SHAPES = {
     "3b": ModelConfig(arch="qwen2", vocab_size=151936, hidden_size=2048, intermediate_size=11008, num_layers=36,
@@ -134,7 +134,7 @@ def main():
     env = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "transformers": transformers.__version__,
            "date": datetime.date.today().isoformat(), "copy_bw_GBps": round(bw / 1e9), "bf16_tflops": round(peak / 1e12),
            "sample_path": os.environ.get("R1_SAMPLE", "triton"), "decode_attention": os.environ.get("R1_DECODE", "triton"),
-           "compiled_ops": os.environ.get("R1_COMPILE") == "1", "fused_projections": os.environ.get("R1_FUSE") == "1"}
+           **paths_in_use(torch.cuda.is_available())}
     print(json.dumps({"name": "ceilings", **env}), flush=True)
     results = []
     for m in a.models.split(","):

@@ -41,10 +41,12 @@ exactly, and the same key samples the same tokens on 1 or 8 GPUs.
 
 CUDA graphs: on CUDA with `cuda_graphs=True`, the decode forward for each
 batch-size bucket is captured once and replayed (padding rows go to the
-scratch slot). With R1_FUSE=1 (or `fuse=True`), a model without gradients
-on CUDA gets fused q/k/v and gate/up matmuls (r1/model.py
-fuse_projections); its parameters and state_dict stay the same. Opt-in:
-on the H200 it gains 3.4% with R1_COMPILE=1 and nothing without it.
+scratch slot). Prefill chunks (first prompts, observations appended to live
+rows) run in graphs too, padded to a few bucketed shapes (r1/chunk_graphs.py).
+A model without gradients on CUDA gets fused q/k/v and gate/up matmuls
+(r1/model.py fuse_projections; R1_FUSE=0 or `fuse=False` turns it off); its
+parameters and state_dict stay the same. On the H200 it gains 3.4% with
+compiled ops (the default on CUDA) and nothing without them.
 """
 import hashlib
 import heapq
@@ -53,6 +55,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from r1.chunk_graphs import ChunkGraphs
 from r1.model import CacheStep, KVCache, Transformer, fuse_projections
 
 try:  # Triton is optional: absent in the CPU build of torch
@@ -208,11 +211,12 @@ class Generator:
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
         self.graphs: dict = {}
         self.pending = None  # (rows, n, device outputs) of a launch() that finish() has not collected
-        if fuse is None:  # opt-in (R1_FUSE=1), generation-only models on the GPU: +3.4% with compiled ops, 0 without
+        if fuse is None:  # generation-only models on the GPU (R1_FUSE=0: off): +3.4% with compiled ops, 0 without
             fuse = (self.device.type == "cuda" and not any(q.requires_grad for q in model.parameters())
-                    and os.environ.get("R1_FUSE") == "1")
+                    and os.environ.get("R1_FUSE") != "0")
         if fuse:
             fuse_projections(model)
+        self.chunk_graphs = ChunkGraphs(self, BUCKETS) if self.cuda_graphs else None  # prefill chunks, bucketed
 
     # -- public API --------------------------------------------------------
     def set_sampling(self, s: Sampling):
@@ -333,13 +337,18 @@ class Generator:
                 batch.append((r, done, take))
                 budget -= take
             h = self._forward_chunk(batch)
-            ends = torch.tensor([t for _, _, t in batch], device=self.device).cumsum(0) - 1
-            for (r, done, take), end in zip(batch, ends):
+            finished, end = [], -1
+            for r, done, take in batch:
+                end += take
                 if done + take == len(r.prompt):
-                    last_hidden[id(r)] = h[end]
+                    finished.append((r, end))
                     del todo[id(r)]
                 else:
                     todo[id(r)] = done + take
+            if finished:  # one gather, a copy: h may be a graph's output buffer, which the next chunk overwrites
+                picked = h.index_select(0, torch.tensor([e for _, e in finished], device=self.device))
+                for k, (r, _) in enumerate(finished):
+                    last_hidden[id(r)] = picked[k]
         logits = self.model.head(torch.stack([last_hidden[id(r)] for r in starts]))  # model dtype: sample upcasts
         d = self.device
         tok, lp = sample(logits, self.sampling, torch.tensor([r.seed for r in starts], device=d),
@@ -365,14 +374,18 @@ class Generator:
             token_rows += [i] * take
             cu.append(cu[-1] + take)
         d = self.device
+        rows, kv_lens, fresh = [r.slot for r, _, _ in batch], [s + t for _, s, t in batch], all(s == 0 for _, s, _ in batch)
+        h = self.chunk_graphs.run(ids, pos, token_rows, rows, cu, kv_lens, fresh) if self.chunk_graphs else None
+        if h is not None:
+            return h
         step = CacheStep(
-            rows=torch.tensor([r.slot for r, _, _ in batch], device=d),
+            rows=torch.tensor(rows, device=d),
             token_rows=torch.tensor(token_rows, device=d),
             cu_q=torch.tensor(cu, dtype=torch.int32, device=d),
             max_q=max(t for _, _, t in batch),
-            kv_lens=torch.tensor([s + t for _, s, t in batch], dtype=torch.int32, device=d),
-            fresh=all(s == 0 for _, s, _ in batch),
-            max_kv=max(s + t for _, s, t in batch),
+            kv_lens=torch.tensor(kv_lens, dtype=torch.int32, device=d),
+            fresh=fresh,
+            max_kv=max(kv_lens),
         )
         return self.model.hidden(torch.tensor(ids, device=d), torch.tensor(pos, device=d), cache=self.cache, step=step)
 

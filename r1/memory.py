@@ -21,7 +21,8 @@ model's shape is known, `plan()` adds up, in bytes per process:
   the backward's own temporaries; FSDP's gathered blocks;
 - the rollout's transient: the full float32 state dict each rank gathers to
   refresh the generator (world > 1), the prefill chunk, decode logits and
-  sampling buffers, CUDA-graph pools;
+  sampling buffers; the CUDA-graph pools (decode, prefill chunks) are
+  persistent: captured once, they stay reserved through the update;
 - a runtime allowance (Python, libraries, tokenizer, data: CPU only; on CUDA
   the context lives outside the capacity measured) and a safety margin
   (10% of the estimate + 1 GiB: allocator fragmentation, NCCL buffers).
@@ -316,7 +317,10 @@ def estimate(cfg: Config, mc, world: int, device_type: str, capacity: int, devic
         if device_type == "cuda":  # a private pool per captured batch-size bucket
             rows = sum(b for b in SLOT_STEPS if b <= slots) + (slots if slots > MAX_SLOTS else 0)
             graphs = rows * (V * g + 4 * h * 4 + 3 * i * g)
-        rollout = graphs + max(sync, prefill, decode)
+            graphs += prefill + T * h * g  # prefill chunks in graphs (r1/chunk_graphs.py): one shared pool + output
+        if graphs:  # graph pools stay reserved through the update too
+            items["cuda graphs"], notes["cuda graphs"] = graphs, "decode and prefill-chunk pools"
+        rollout = max(sync, prefill, decode)
         notes["rollout"] = "weight sync" if sync >= max(prefill, decode) else "prefill + sampling"
     build = 0
     if world > 1:  # r1/trainer.py builds each model whole (fp32, and the generator's copy) before sharding

@@ -166,22 +166,55 @@ OPS = SimpleNamespace(rms_norm=rms_norm, add_rms_norm=add_rms_norm, rope_qk=rope
                       swiglu=swiglu)
 
 
-def compile_ops(on: bool = True):
+def compile_ops(on: bool | str = True):
     """Fuse each elementwise op (RMSNorm, add + RMSNorm, RoPE [+ cache write], SwiGLU) with torch.compile.
 
     Eager, a layer launches ~35 kernels, most of them tiny elementwise ones;
     inside a captured decode graph each still costs a few microseconds of GPU
     time, so a 36-layer decode step spends milliseconds on them (3B shape,
-    batch 256, H200: 21.5k -> 30.5k tok/s). Opt-in (R1_COMPILE=1; `on=False`
-    restores eager) until a learning run and an FSDP run have used it; compiled
-    ops can round differently from eager ones by an ulp, sampler and trainer alike.
+    batch 256, H200: 21.5k -> 30.5k tok/s). on=True compiles them for every
+    device, on="cuda" for CUDA tensors only (the default: R1_COMPILE unset;
+    the CPU keeps eager ops, with no compiler and no compile time), on=False
+    restores eager (R1_COMPILE=0). The default since a GRPO learning run and an
+    FSDP run used it (docs/LOG.md). Compiled ops can round differently from eager
+    ones by an ulp, sampler and trainer alike: both call the same OPS.
     """
+    def cuda_only(fn):
+        compiled = None
+
+        def op(*args):
+            nonlocal compiled
+            if not args[0].is_cuda:
+                return fn(*args)
+            if compiled is None:  # torch.compile (and dynamo's import) only once a CUDA tensor comes
+                compiled = _compile(fn)
+            return compiled(*args)
+        return op
+
+    wrap = {True: _compile, "cuda": cuda_only}.get(on, lambda f: f)
+    OPS.rms_norm, OPS.add_rms_norm = wrap(rms_norm), wrap(add_rms_norm)
+    OPS.rope_qk, OPS.rope_write, OPS.swiglu = wrap(rope_qk), wrap(rope_write), wrap(swiglu)
+
+
+def _compile(fn):
     import torch._dynamo
 
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
-    wrap = torch.compile if on else (lambda f: f)
-    OPS.rms_norm, OPS.add_rms_norm = wrap(rms_norm), wrap(add_rms_norm)
-    OPS.rope_qk, OPS.rope_write, OPS.swiglu = wrap(rope_qk), wrap(rope_write), wrap(swiglu)
+    return torch.compile(fn)
+
+
+def paths_in_use(cuda: bool) -> dict:
+    """What the environment selects, for benchmarks to record: compiled ops, fused projections (generator)."""
+    c = os.environ.get("R1_COMPILE", "")
+    return {"compiled_ops": c == "1" or (c == "" and cuda), "fused_projections": cuda and os.environ.get("R1_FUSE") != "0"}
+
+
+def default_ops():
+    """The OPS that R1_COMPILE asks for: unset = compiled on CUDA, 1 = compiled everywhere, 0 = eager."""
+    mode = os.environ.get("R1_COMPILE", "")
+    if mode not in ("", "0", "1"):
+        raise ValueError(f"R1_COMPILE={mode!r}: use 1 (compile everywhere), 0 (eager) or leave it unset (CUDA)")
+    compile_ops({"1": True, "0": False, "": "cuda"}[mode])
 
 
 @dataclass
@@ -290,8 +323,8 @@ def fuse_projections(model: "Transformer"):
     never go stale; so does a forward that wants gradients. Only for models
     that no optimizer holds: fusing replaces the Parameter objects. The
     generator calls this for CUDA models whose parameters need no gradient
-    when R1_FUSE=1: opt-in, since the H200 timing (3B shape, batch 256) showed +3.4% with R1_COMPILE=1
-    and nothing without it.
+    unless R1_FUSE=0: the H200 timing (3B shape, batch 256) showed +3.4% with compiled ops and
+    nothing without them.
     """
     for layer in model.model.layers:
         a, m = layer.self_attn, layer.mlp
@@ -475,5 +508,4 @@ def pack(seqs: list[list[int]], device="cpu"):
     return ids, pos, cu, max(lens) if lens else 0
 
 
-if os.environ.get("R1_COMPILE") == "1":
-    compile_ops()
+default_ops()

@@ -46,6 +46,7 @@ from r1.generate import Generator, Sampling
 from r1.logger import Logger
 from r1.model import Transformer, tiny_config
 from r1.packing import Plan, filler
+from r1.profiler import maybe_profile, phase
 from r1.rollout import AgentEnvLoop
 from r1.rollout_stats import summarize, traj_stats
 from r1.tasks.data import epoch_order, load_rows
@@ -358,17 +359,19 @@ class Trainer:
         """Steps 1-5 of the module docstring for iteration `it`; returns its metrics."""
         cfg, algo = self.cfg, self.cfg.algo
         t0 = time.time()
-        played = self.rollout(it)
+        with phase("r1.rollout"):
+            played = self.rollout(it)
         t_roll = time.time() - t0
         trajs = self.trained_trajectories(played)
         t1 = time.time()
-        plan = packing.plan(trajs, algo.minibatches, self.plan.micro_tokens, self.device)
-        # FSDP: every rank runs as many micro-batches per mini-batch as the busiest rank (fillers)
-        fillers = [int(distributed.all_max(len(mini), self.d)) - len(mini) for mini in plan.minibatches]
-        scores = self.score(plan.micro_batches, sum(fillers))
-        batch = self.credit_inputs(trajs, plan, scores)
-        credit = compute_credit(batch, algo)
-        sampler_logp = sampler_logprobs(trajs, batch.tok_step)
+        with phase("r1.score"):
+            plan = packing.plan(trajs, algo.minibatches, self.plan.micro_tokens, self.device)
+            # FSDP: every rank runs as many micro-batches per mini-batch as the busiest rank (fillers)
+            fillers = [int(distributed.all_max(len(mini), self.d)) - len(mini) for mini in plan.minibatches]
+            scores = self.score(plan.micro_batches, sum(fillers))
+            batch = self.credit_inputs(trajs, plan, scores)
+            credit = compute_credit(batch, algo)
+            sampler_logp = sampler_logprobs(trajs, batch.tok_step)
         t_score = time.time() - t1
         metrics = self.rollout_metrics(played)
         if algo.drop_uniform_groups:
@@ -376,7 +379,8 @@ class Trainer:
             metrics["trained_frac"] = float(kept[0] / kept[1].clamp(min=1))
         metrics.update(self.score_metrics(batch, credit, sampler_logp))
         t2 = time.time()
-        metrics.update(self.update(plan, fillers, scores, credit, sampler_logp, it))
+        with phase("r1.update"):
+            metrics.update(self.update(plan, fillers, scores, credit, sampler_logp, it))
         t_train = time.time() - t2
         n_roll = sum(len(s.response_ids) for t in played for s in t.steps)
         n_train = sum(mb.num_tokens for mb in plan.micro_batches)
@@ -524,28 +528,32 @@ class Trainer:
         self.opt.zero_grad(set_to_none=True)
         if self.critic is not None:
             self.copt.zero_grad(set_to_none=True)
-        ok, stats, pg_sum, vl_sum = True, {}, 0.0, 0.0
+        # Metrics and losses stay on the device until the mini-batch is done (one host sync for all of
+        # them, in _flush): a sync per micro-batch kept the GPU idle while the host queued the next one.
+        pending, finite, pg_sum, vl_sum = [], torch.ones((), device=self.device), 0.0, 0.0
         for mb, mb_scores, targets in mini:
             if train_policy:
                 loss, metrics = self.policy_objective(mb, mb_scores, targets, norms)
-                ok = ok and bool(torch.isfinite(loss))
+                finite = finite * torch.isfinite(loss.detach())
                 loss.backward()
-                _accumulate(stats, metrics, mb.mask.sum().detach())
-                pg_sum += float(loss.detach())
+                pending.append((metrics, mb.mask.sum().detach()))
+                pg_sum = pg_sum + loss.detach()
             if train_critic:
                 loss, metrics, weight = self.critic_objective(mb, mb_scores, targets, norms.critic)
-                ok = ok and bool(torch.isfinite(loss))
+                finite = finite * torch.isfinite(loss.detach())
                 loss.backward()
-                vl_sum += float(loss.detach())
-                _accumulate(stats, metrics, weight)
+                vl_sum = vl_sum + loss.detach()
+                pending.append((metrics, weight))
         for _ in range(n_fill):
             self.filler_backward(self.cfg.rollout.temperature or 1.0, train_policy, train_critic)
         # each rank's loss is world x its share of the global loss (FSDP averages gradients), so the
         # mean over ranks of these sums, which _reduce_stats takes, is the global mini-batch loss
         if train_policy:
-            _accumulate(stats, {"pg_loss": pg_sum}, 1.0)
+            pending.append(({"pg_loss": pg_sum}, 1.0))
         if train_critic:
-            _accumulate(stats, {"value_loss": vl_sum}, 1.0)
+            pending.append(({"value_loss": vl_sum}, 1.0))
+        stats = {}
+        ok = _flush(stats, pending + [({"finite": finite}, 0.0)], self.device)
         return stats if self.optimizer_step(ok, stats, train_policy, train_critic) else None
 
     def policy_objective(self, mb, mb_scores: Scores, targets: Targets, norms: Norms):
@@ -640,7 +648,8 @@ class Trainer:
         t0 = time.time()
         try:
             for it in range(self.start, cfg.train.steps):
-                metrics = self.iteration(it)
+                with maybe_profile(cfg.run.dir, it + 1, self.d.main):  # R1_PROFILE=it + 1 (r1/profiler.py)
+                    metrics = self.iteration(it)
                 if cfg.eval.every and (it + 1) % cfg.eval.every == 0:
                     res = evaluate(self, self.eval_rows, cfg, out_dir=None)
                     metrics.update({f"eval_{k}": v for k, v in res.items() if isinstance(v, (int, float))})
@@ -704,22 +713,22 @@ def _cat(tensors: list, dtype=torch.long) -> torch.Tensor:
 
 
 def sampler_logprobs(trajs: list, tok_step: torch.Tensor) -> torch.Tensor:
-    """The generator's logprobs [M] in micro-batch token order (they are stored per step, in step order)."""
+    """The generator's logprobs [M] in micro-batch token order (they are stored per step, in step order).
+
+    Token j of the flat order is the k-th token of step tok_step[j] that the order meets, so it takes that
+    step's k-th stored logprob: k from a stable sort by step (vectorised; a Python loop over the tokens
+    took 0.28 s of CPU for 512 GSM8K-tool episodes)."""
     steps = [s for t in trajs for s in t.steps]
     logprobs = torch.tensor([lp for s in steps for lp in s.logprobs], dtype=torch.float32)
-    if not steps:
-        return logprobs
-    starts, pos = [], 0
-    for s in steps:
-        starts.append(pos)
-        pos += len(s.response_ids)
-    order = torch.empty(tok_step.numel(), dtype=torch.long)
-    seen = {}
-    for j, g in enumerate(tok_step.tolist()):
-        k = seen.get(g, 0)
-        order[j] = starts[g] + k
-        seen[g] = k + 1
-    return logprobs[order]
+    if not steps or tok_step.numel() == 0:
+        return logprobs[:0] if tok_step.numel() == 0 else logprobs
+    lens = torch.tensor([len(s.response_ids) for s in steps])
+    starts = lens.cumsum(0) - lens
+    order = torch.sort(tok_step, stable=True).indices
+    by_step = tok_step[order]
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(order.numel()) - torch.searchsorted(by_step, by_step)
+    return logprobs[starts[tok_step] + rank]
 
 
 def _accumulate(stats: dict, metrics: dict, weight):
@@ -729,6 +738,19 @@ def _accumulate(stats: dict, metrics: dict, weight):
         v = float(v.detach()) if torch.is_tensor(v) else float(v)
         tot, cnt = stats.get(k, (0.0, 0.0))
         stats[k] = (tot + v * w, cnt + w)
+
+
+def _flush(stats: dict, pending: list, device) -> bool:
+    """_accumulate every (metrics, weight) of `pending`, whose values may be device tensors, with one
+    host sync; the last entry is ({"finite": flag}, 0), not accumulated: returns the flag as a bool."""
+    tensors = [v.detach().reshape(()).to(device, torch.float64)
+               for metrics, w in pending for v in (*metrics.values(), w) if torch.is_tensor(v)]
+    host = iter(torch.stack(tensors).tolist() if tensors else [])
+    values = [({k: next(host) if torch.is_tensor(v) else float(v) for k, v in metrics.items()},
+               next(host) if torch.is_tensor(w) else float(w)) for metrics, w in pending]
+    for metrics, w in values[:-1]:
+        _accumulate(stats, metrics, w)
+    return values[-1][0]["finite"] > 0
 
 
 def _value_moments(pred, target, mask) -> dict:

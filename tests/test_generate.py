@@ -49,7 +49,7 @@ def test_cache_decode_matches_full_forward(arch):
 def test_compiled_ops_write_the_cache_like_eager():
     """compile_ops() fuses RoPE with both cache writes (OPS.rope_write): the cache holds the same keys and
     values at the same slots and positions, and decode through it gives the eager logits."""
-    from r1.model import compile_ops
+    from r1.model import compile_ops, default_ops
 
     model = tiny("qwen2")
     prompts, rows = [[5, 6, 7], [1, 2, 3, 4, 8, 9, 10]], torch.tensor([3, 1])
@@ -66,7 +66,7 @@ def test_compiled_ops_write_the_cache_like_eager():
                 one = CacheStep(rows, torch.arange(2), torch.arange(3, dtype=torch.int32), 1, (lens + 1).to(torch.int32))
                 out = model(torch.tensor([11, 12]), lens, cache=cache, step=one)  # decode: reads the cache
         finally:
-            compile_ops(False)
+            default_ops()
         runs.append((cache, out))
     (c0, o0), (c1, o1) = runs
     assert c1.k.abs().sum() > 0 and c1.k[:, [0, 2]].abs().sum() == 0  # only the rows' slots were written
@@ -211,28 +211,30 @@ def test_gpu_graph_decode_matches_eager():
 
 @pytest.mark.gpu
 def test_gpu_compiled_ops_graph_decode_matches_eager():
-    """R1_COMPILE=1's fused ops inside the captured decode graph: the greedy tokens of eager ops, and sampled
+    """Compiled ops (the default on CUDA) inside the captured decode graph: the greedy tokens of eager ops, and sampled
     logprobs within bf16 rounding of them."""
-    from r1.model import compile_ops
+    from r1.model import compile_ops, default_ops
 
     torch.manual_seed(0)
     model = Transformer(tiny_config("qwen2", vocab_size=256)).cuda().to(torch.bfloat16).eval()
     prompts = [[1, 2, 3], [4, 5, 6, 7, 8], [9]]
     s = Sampling(temperature=1.0, seed=3)
-    eager = Generator(model, 4, 64, cuda_graphs=True).generate(prompts, 16, s)
     try:
+        compile_ops(False)
+        eager = Generator(model, 4, 64, cuda_graphs=True).generate(prompts, 16, s)
         compile_ops()
         fused = Generator(model, 4, 64, cuda_graphs=True).generate(prompts, 16, s)
     finally:
-        compile_ops(False)
+        default_ops()
     assert [c.token_ids for c in eager] == [c.token_ids for c in fused]
     gap = max(abs(a - b) for e, f in zip(eager, fused) for a, b in zip(e.logprobs, f.logprobs))
     assert gap < 0.05
 
 
 def test_generator_fuses_projections_of_generation_only_models(monkeypatch):
-    """fuse=True gives the greedy tokens and logprobs of separate projections; R1_FUSE=1 fuses only a CUDA
-    model without gradients (fusing replaces Parameter objects an optimizer may hold), so never on CPU."""
+    """fuse=True gives the greedy tokens and logprobs of separate projections; by default (R1_FUSE unset) the
+    generator fuses only a CUDA model without gradients (fusing replaces Parameter objects an optimizer may
+    hold), so never on the CPU."""
     from r1.model import _fused_live
 
     prompts = [[1, 2, 3], [4, 5, 6, 7, 8], [9]]
@@ -244,7 +246,7 @@ def test_generator_fuses_projections_of_generation_only_models(monkeypatch):
     assert [c.token_ids for c in out] == [c.token_ids for c in ref]
     assert max(abs(a - b) for o, r in zip(out, ref) for a, b in zip(o.logprobs, r.logprobs)) < 1e-5
     cpu_default = tiny().requires_grad_(False)
-    monkeypatch.setenv("R1_FUSE", "1")
+    monkeypatch.delenv("R1_FUSE", raising=False)
     Generator(cpu_default, 2, 16)
     assert cpu_default.model.layers[0].self_attn.fused is None
 

@@ -100,7 +100,7 @@ def test_autocast_training_forward_runs_in_one_dtype_and_stays_close():
 
 def test_compiled_ops_match_eager():
     """compile_ops() (R1_COMPILE=1) fuses RMSNorm, RoPE and SwiGLU: same logits and gradients as eager."""
-    from r1.model import OPS, compile_ops, pack, rms_norm, tiny_config
+    from r1.model import OPS, compile_ops, default_ops, pack, rms_norm, tiny_config
 
     torch.manual_seed(0)
     model = Transformer(tiny_config("qwen3", tie=False))
@@ -117,9 +117,41 @@ def test_compiled_ops_match_eager():
     finally:
         compile_ops(False)
     assert OPS.rms_norm is rms_norm
+    default_ops()
     assert (out - ref).abs().max() < 1e-5
     for p, g in zip(model.parameters(), ref_grads):
         assert (p.grad - g).abs().max() < 1e-5
+
+
+def test_default_ops_compile_for_cuda_only(monkeypatch):
+    """R1_COMPILE unset: the ops are wrappers that compile for CUDA tensors only, so the CPU runs eager ops
+    (no compiler, no compile time); R1_COMPILE=0 is eager everywhere; anything else is an error."""
+    import r1.model
+    from r1.model import OPS, default_ops, pack, rms_norm, tiny_config
+
+    def no_compile(fn):
+        raise AssertionError("compiled on the CPU")
+
+    monkeypatch.setattr(r1.model, "_compile", no_compile)
+    try:
+        monkeypatch.delenv("R1_COMPILE", raising=False)
+        default_ops()
+        assert OPS.rms_norm is not rms_norm
+        torch.manual_seed(0)
+        model = Transformer(tiny_config("qwen3", tie=False))
+        ids, pos, cu, mx = pack([[1, 2, 3, 4, 5], [6, 7, 8]])
+        out = model(ids, pos, cu, mx)
+        monkeypatch.setenv("R1_COMPILE", "0")
+        default_ops()
+        assert OPS.rms_norm is rms_norm
+        assert torch.equal(model(ids, pos, cu, mx), out)
+        monkeypatch.setenv("R1_COMPILE", "yes")
+        with pytest.raises(ValueError, match="R1_COMPILE='yes'"):
+            default_ops()
+    finally:
+        monkeypatch.delenv("R1_COMPILE", raising=False)
+        monkeypatch.undo()
+        default_ops()
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])

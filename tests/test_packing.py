@@ -122,3 +122,31 @@ def test_filler_trains_on_nothing(models):
     logp, ent = policy(mb.input_ids, mb.position_ids, mb.cu_seqlens, mb.max_seqlen, sel=mb.sel, targets=mb.targets)
     assert logp.shape == (1,) and float(mb.mask.sum()) == 0
     assert mb.cu_seqlens.tolist() == [0, mb.num_tokens] and mb.max_seqlen == mb.num_tokens
+
+
+def test_sampler_logprobs_follow_the_micro_batch_order():
+    """trainer.sampler_logprobs puts each step's stored logprobs at its tokens' places in the flat
+    micro-batch order (mini-batches deal trajectories round-robin; packed and per-step sequences):
+    against a token-by-token loop, and token by token against the stored values."""
+    from r1 import packing
+    from r1.trainer import sampler_logprobs
+
+    trajs = make_trajs()
+    rng = random.Random(3)
+    for t in trajs:
+        for s in t.steps:
+            s.logprobs = [-rng.random() for _ in s.response_ids]
+    for minibatches, tokens in ((1, 10_000), (2, 30), (3, 12)):
+        plan = packing.plan(trajs, minibatches, tokens, "cpu")
+        tok_step = torch.cat([mb.tok_step for mb in plan.micro_batches])
+        targets = torch.cat([mb.targets for mb in plan.micro_batches])
+        got = sampler_logprobs(trajs, tok_step)
+        steps = [s for t in trajs for s in t.steps]
+        seen, want = {}, []
+        for g in tok_step.tolist():
+            k = seen.get(g, 0)
+            want.append(steps[g].logprobs[k])
+            seen[g] = k + 1
+            assert targets[len(want) - 1] == steps[g].response_ids[k]  # the logprob of that very token
+        assert torch.equal(got, torch.tensor(want, dtype=torch.float32))
+    assert sampler_logprobs(trajs, torch.zeros(0, dtype=torch.long)).numel() == 0

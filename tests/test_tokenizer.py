@@ -221,3 +221,30 @@ def test_save_hf_writes_tokenizer(tok, tmp_path):
     conv = CONVERSATIONS[1]
     assert reloaded.render(conv, tools=[CALC]) == tok.render(conv, tools=[CALC])
     assert json.loads((out / "generation_config.json").read_text())["eos_token_id"] == 2
+
+
+def test_piece_cache_encodes_as_the_tokenizer_does(tok):
+    """encode reuses the ids of long pieces between added tokens (the system prompt with tool schemas):
+    the same ids as hf.encode of the whole text, for rendered prompts and texts where added tokens touch
+    spaces, newlines, other added tokens and non-ASCII; and repeated, so cached pieces are reused."""
+    import random
+
+    from r1.tokenizer import PIECE_CACHE_MIN
+
+    assert tok._split is not None  # SmolLM2: plain added tokens, no normaliser
+    rng = random.Random(0)
+    added = [t.content for t in tok.hf.added_tokens_decoder.values()]
+    words = ["the", " ", "  ", "\n", "\n\n", "calc", "42", "é", "漢字", "<tool_call>", '{"a": 1}', "<|im", "_end|>",
+             "x" * 50, " 3.14", "\t"]
+    long_text = " ".join(rng.choice(words[:8]) for _ in range(400))
+    assert len(long_text) >= PIECE_CACHE_MIN
+    texts = [tok.render_text([{"role": "system", "content": long_text}, {"role": "user", "content": q}],
+                             tools=[CALC]) for q in ("What is 2+2?", " lead space", "ends with newline\n")]
+    for _ in range(200):
+        parts = [rng.choice(words + added) for _ in range(rng.randint(1, 30))]
+        if rng.random() < 0.5:
+            parts.insert(rng.randrange(len(parts) + 1), long_text)
+        texts.append("".join(parts))
+    for text in texts + texts:  # twice: the second pass reads the cache
+        assert tok.encode(text) == tok.hf.encode(text, add_special_tokens=False), text[:80]
+    assert tok._pieces  # something was cached

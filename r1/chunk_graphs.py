@@ -1,0 +1,170 @@
+"""CUDA graphs for prefill chunks: a first prompt, or an observation appended to a live row.
+
+In the agent loop every turn boundary prefills a chunk: a few dozen rows of
+20-60 new tokens each. The GPU does almost nothing for it (about 1 ms for
+the SmolLM2-135M shape), but an eager forward launches ~10-35 kernels per
+layer from Python, and on the H200's host that took 20-40 ms a call, 36
+calls a rollout (bench/agent_rollout.py: 1.3-1.6 s of a 3.8-5 s loop). The
+decode step has run in CUDA graphs from the start; this does the same for
+chunks.
+
+A graph replays fixed shapes, so a chunk is padded to a bucket:
+(Np tokens, Bp rows, Qp the longest row), with real rows and tokens first,
+then pad rows of at most Qp tokens that write to positions 0.. of the
+generator's scratch slot, then empty rows up to Bp (the attention kernels skip
+a row with no query). Real rows never read the scratch slot, so their hidden
+states are the unpadded forward's up to the matmuls' rounding for another M
+(tested on the CPU by running the padded layout eagerly: `pad`). Graphs are
+keyed by (fresh, Np, Bp, Qp), captured on first use (two warm-up forwards,
+then the capture), and share one memory pool; each writes its hidden states
+into one shared output buffer, read at once by the caller (the next replay
+overwrites it). A shape no bucket holds, a full graph table, or a failed
+capture falls back to the eager forward (a failed capture turns graphs off
+for that kind of chunk, first prompts or continuations, with one printed line).
+
+Used only where the attention of a chunk needs no host value but the bucket's
+max_q: the Triton chunk kernel (continuations) and torch's varlen
+FlashAttention (first prompts), CUDA fp16/bf16, with no R1_ATTN / R1_CHUNKS
+override. R1_CHUNK_GRAPHS=0 turns it off (for comparisons).
+"""
+import os
+
+import torch
+
+from kernels import attention
+from r1.model import CacheStep
+
+MIN_Q = 16  # the Triton chunk kernel's query block
+MAX_GRAPHS = 64  # captured shapes per generator; past it, new shapes run eagerly
+TOKEN_BUCKETS = tuple(sorted({b for p in range(4, 15) for b in (2 ** p, 3 * 2 ** (p - 1))}))  # 16, 24, 32, 48 .. 16384
+
+
+def _up(x: int, buckets) -> int | None:
+    return next((b for b in buckets if b >= x), None)
+
+
+def bucket(n_tokens: int, n_rows: int, max_q: int, row_buckets, max_len: int):
+    """The padded shape (Np, Bp, Qp) of a chunk, or None when none fits.
+
+    Qp: the power of two >= max_q (at least MIN_Q); Np: the token bucket >= n_tokens; Bp: the row
+    bucket that holds the real rows and the pad rows (Np - n_tokens pad tokens, at most Qp a row).
+    """
+    Qp = max(MIN_Q, 1 << (max(1, max_q) - 1).bit_length())
+    Np = _up(n_tokens, TOKEN_BUCKETS)
+    if Qp > max_len or Np is None:
+        return None
+    Bp = _up(n_rows + -(-(Np - n_tokens) // Qp), row_buckets)
+    return None if Bp is None else (Np, Bp, Qp)
+
+
+def pad(ids, pos, token_rows, rows, cu, kv_lens, shape, scratch: int):
+    """Host lists of a chunk -> the same lists padded to shape (Np, Bp, Qp).
+
+    The Np - N pad tokens (id 0) fill pad rows of Qp tokens (the last one fewer) at positions 0.. of
+    the scratch slot; the rows left over up to Bp are empty (no query, no key: the kernels skip them).
+    """
+    Np, Bp, Qp = shape
+    n_pad = Np - len(ids)
+    ids, pos, token_rows, cu, kv_lens = list(ids), list(pos), list(token_rows), list(cu), list(kv_lens)
+    B = len(rows)
+    for k in range(Bp - B):
+        q = max(0, min(Qp, n_pad - k * Qp))
+        ids += [0] * q
+        pos += range(q)
+        token_rows += [B + k] * q
+        cu.append(cu[-1] + q)
+        kv_lens.append(q)
+    if len(ids) != Np:
+        raise ValueError(f"chunk of {len(ids) - n_pad} tokens in {B} rows does not pad to {shape}")
+    return ids, pos, token_rows, list(rows) + [scratch] * (Bp - B), cu, kv_lens
+
+
+def usable(model, generator) -> bool:
+    """True where a chunk's forward can be captured: CUDA fp16/bf16 with the graph-safe attention kernels."""
+    if os.environ.get("R1_CHUNK_GRAPHS") == "0" or not generator.cuda_graphs:
+        return False
+    if os.environ.get("R1_ATTN") or os.environ.get("R1_CHUNKS") or generator.dtype not in (torch.float16, torch.bfloat16):
+        return False
+    k = generator.cache.k[0]
+    q = torch.empty(1, model.cfg.num_heads, model.cfg.head_dim, dtype=generator.dtype, device=generator.device)
+    return (attention.pick_backend(q) == "torch_flash" and not attention.PAGED
+            and attention._decode_fallback(q, k, generator.cache.v[0], decode=False) == "triton_chunk")
+
+
+NAMES = ("ids", "pos", "token_rows", "rows", "cu", "kv_lens")
+
+
+def _fill(g, inputs):
+    for name, values in zip(NAMES, inputs):
+        g[name].copy_(torch.tensor(values, dtype=g[name].dtype), non_blocking=True)
+
+
+class ChunkGraphs:
+    """Captured chunk forwards of one generator's model and cache."""
+
+    def __init__(self, generator, row_buckets):
+        self.gen, self.row_buckets = generator, row_buckets
+        self.graphs: dict = {}
+        self.pool = None
+        self.out = None  # [top, hidden]: every graph writes its hidden states here
+        self.top = _up(generator.prefill_tokens, TOKEN_BUCKETS) or 0  # the largest Np (a chunk's budget)
+        self.on = usable(generator.model, generator)
+        self.calls = {"graph": 0, "eager": 0}
+        self.failed: set = set()  # kinds (fresh True/False) whose capture failed: eager from then on
+
+    def run(self, ids, pos, token_rows, rows, cu, kv_lens, fresh: bool):
+        """Hidden states [N, hidden] of the chunk from a graph, or None (the caller runs it eagerly).
+
+        The result is a view of the shared output buffer: read it before the next run."""
+        shape = bucket(len(ids), len(rows), max(b - a for a, b in zip(cu, cu[1:])), self.row_buckets,
+                       self.gen.max_len) if self.on else None
+        shape = shape if shape is not None and shape[0] <= self.top else None
+        key = None if shape is None or fresh in self.failed else (fresh, *shape)
+        g = self.graphs.get(key)
+        inputs = None if key is None else pad(ids, pos, token_rows, rows, cu, kv_lens, shape, self.gen.scratch)
+        if g is None and key is not None and len(self.graphs) < MAX_GRAPHS:
+            try:
+                g = self.graphs[key] = self._capture(shape, fresh, inputs)
+            except Exception as e:  # noqa: BLE001 (e.g. an op that needs the host): this kind runs eagerly
+                self.failed.add(fresh)
+                kind = "first-prompt" if fresh else "continuation"
+                print(f"r1.chunk_graphs: cannot capture a {kind} chunk ({type(e).__name__}: "
+                      f"{(str(e).splitlines() or [''])[0][:160]}); these chunks run eagerly", flush=True)
+        if g is None:
+            self.calls["eager"] += 1
+            return None
+        _fill(g, inputs)
+        g["graph"].replay()
+        self.calls["graph"] += 1
+        return self.out[:len(ids)]
+
+    def _capture(self, shape, fresh, inputs):
+        """Static inputs holding this chunk, two warm-up forwards on a side stream (compiles, autotuning),
+        then the capture. The warm-ups compute this chunk: they write the keys and values the replay
+        writes again, the same values."""
+        gen, d = self.gen, self.gen.device
+        Np, Bp, Qp = shape
+        if self.out is None:
+            self.out = torch.empty(self.top, gen.model.cfg.hidden_size, dtype=gen.dtype, device=d)
+        g = {"shape": shape}
+        for name, values in zip(NAMES, inputs):
+            g[name] = torch.tensor(values, dtype=torch.int32 if name in ("cu", "kv_lens") else torch.long, device=d)
+        if self.pool is None:
+            self.pool = torch.cuda.graph_pool_handle()
+
+        def run():
+            step = CacheStep(rows=g["rows"], token_rows=g["token_rows"], cu_q=g["cu"], max_q=Qp,
+                             kv_lens=g["kv_lens"], fresh=fresh)
+            self.out[:Np].copy_(gen.model.hidden(g["ids"], g["pos"], cache=gen.cache, step=step))
+
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(2):
+                run()
+        torch.cuda.current_stream().wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+            run()
+        g["graph"] = graph
+        return g

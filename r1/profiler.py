@@ -1,0 +1,74 @@
+"""Where an RL iteration's time goes: `R1_PROFILE=N` runs iteration N (1-based) under torch.profiler.
+
+The trainer logs each phase's wall time (time_rollout, time_score, time_train); this says what fills it.
+It writes <run.dir>/profile_iter<N>.txt (rank 0): per phase, its wall time and the GPU's busy time in
+it (the union of kernel intervals that start inside the phase): a phase whose GPU is busy a small part
+of its wall time waits on the host (Python, launches, syncs), not on the GPU. Then the top ops by
+CUDA time and by CPU time. No chrome trace: for a whole iteration it runs to hundreds of MB.
+
+Phases are marked with `phase(name)` (torch.profiler.record_function: free when not profiling).
+"""
+import contextlib
+import os
+
+import torch
+
+PHASES = ("r1.rollout", "r1.score", "r1.update")
+
+
+def phase(name: str):
+    """A named range in the profile (r1.rollout, r1.score, r1.update)."""
+    return torch.profiler.record_function(name)
+
+
+def wanted(iteration: int) -> bool:
+    """R1_PROFILE names this iteration (1-based); a value that is not a positive integer is an error."""
+    v = os.environ.get("R1_PROFILE", "")
+    if not v:
+        return False
+    if not v.isdigit() or int(v) < 1:
+        raise ValueError(f"R1_PROFILE={v!r}: give the iteration to profile, 1 or more")
+    return int(v) == iteration
+
+
+@contextlib.contextmanager
+def maybe_profile(run_dir: str, iteration: int, main: bool = True):
+    """Profile the body when R1_PROFILE == iteration (1-based) and write the report (rank 0 only)."""
+    if not wanted(iteration) or not main:
+        yield
+        return
+    cuda = torch.cuda.is_available()
+    acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
+    with torch.profiler.profile(activities=acts) as prof:
+        yield
+    path = os.path.join(run_dir, f"profile_iter{iteration}.txt")
+    with open(path, "w") as f:
+        f.write(report(prof.events(), cuda))
+        avg = prof.key_averages()
+        if cuda:
+            f.write("\ntop ops by self CUDA time\n" + avg.table(sort_by="self_cuda_time_total", row_limit=30))
+        f.write("\ntop ops by self CPU time\n" + avg.table(sort_by="self_cpu_time_total", row_limit=30))
+    print(f"profile of iteration {iteration}: {path}", flush=True)
+
+
+def busy_us(intervals: list) -> float:
+    """Length of the union of (start, end) intervals."""
+    total, end = 0.0, float("-inf")
+    for s, e in sorted(intervals):
+        if e > end:
+            total += e - max(s, end)
+            end = e
+    return total
+
+
+def report(events, cuda: bool) -> str:
+    """Per phase: wall ms, GPU busy ms and fraction (kernels that start inside the phase)."""
+    kernels = [(e.time_range.start, e.time_range.end) for e in events  # kernels, copies (not our ranges' GPU marks)
+               if cuda and e.device_type == torch.autograd.DeviceType.CUDA and e.name not in PHASES]
+    lines = ["phase          wall ms   GPU busy ms   busy"]
+    for name in PHASES:
+        for e in (e for e in events if e.name == name and e.device_type == torch.autograd.DeviceType.CPU):
+            s, t = e.time_range.start, e.time_range.end
+            busy = busy_us([(a, min(b, t)) for a, b in kernels if s <= a < t]) if cuda else float("nan")
+            lines.append(f"{name:<14}{(t - s) / 1e3:>8.1f}{busy / 1e3:>14.1f}{busy / max(t - s, 1):>7.0%}")
+    return "\n".join(lines) + "\n"
