@@ -29,7 +29,8 @@ model's shape is known, `plan()` adds up, in bytes per process:
 
 The update and the rollout never run at once, so the peak is the persistent
 part plus the larger of the two. Then it picks what the user left on auto:
-micro-batch tokens (the largest power of two up to 16384 that fits) and
+micro-batch tokens (the largest power of two up to 16384 that fits; up to
+65536 on CUDA when that fits with every slot and no checkpointing) and
 activation checkpointing (off when micro-batches of at least 4096 tokens fit
 without it; recomputing every block costs about a third more update time, a
 smaller micro-batch little until it gets small), keeping room for up to 64
@@ -53,6 +54,11 @@ from r1.config import Config, ConfigError
 
 GiB = 2 ** 30
 MAX_MICRO_TOKENS = 16384
+# Up to this many tokens per micro-batch where they cost nothing: on CUDA, when every slot the iteration
+# wants fits beside them without activation checkpointing. For SmolLM2-135M on the H200 a 16,384-token
+# micro-batch kept the GPU busy only part of the update: launching its ops took the host longer than the
+# GPU took to run them (R1_PROFILE, docs/LOG.md), and fewer, longer micro-batches launch fewer ops.
+BIG_MICRO_TOKENS = 65536
 MAX_SLOTS = 512  # the largest CUDA-graph bucket of r1/generate.py: more rows would capture a graph per batch size
 SLOT_STEPS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512)  # r1/generate.py BUCKETS
 MIN_AUTO_SLOTS = 64  # auto slots kept free while picking the update's settings (if the iteration needs that many)
@@ -343,6 +349,9 @@ def plan(cfg: Config, mc, world: int, device_type: str, capacity: int, device: s
     sl_auto = cfg.rollout.slots == 0 and r["generator"]
     need = slots_needed(cfg, world)
     powers = [MAX_MICRO_TOKENS >> k for k in range(7)]  # 16384 .. 256
+    if mt_auto and training and device_type == "cuda" and \
+            estimate(cfg, mc, world, device_type, capacity, device, slots=need, micro_tokens=BIG_MICRO_TOKENS).fits:
+        powers = [BIG_MICRO_TOKENS >> k for k in range(2)] + powers  # a small model: see BIG_MICRO_TOKENS
     mts = powers if mt_auto else [cfg.train.micro_tokens]
     acs = [False, True] if ac_auto else [cfg.train.activation_checkpointing == "true"]
     if not training:  # nothing is trained: no gradients, optimizer moments or activations
