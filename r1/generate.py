@@ -287,7 +287,11 @@ class Generator:
         if not self.running:
             return
         rows = list(self.running.values())
-        n = min(self.sync_every, min(min(r.max_new - len(r.tokens), self.max_len - r.pos) for r in rows))
+        # Up to sync_every steps, as many as the neediest row wants: a row past its max_new rides along and
+        # its extra tokens are dropped (_collect), rather than every row syncing at each step near one row's
+        # limit (rows with different max_new made every chunk one step long). The cache bounds every row.
+        n = min(self.sync_every, max(r.max_new - len(r.tokens) for r in rows),
+                min(self.max_len - r.pos for r in rows))
         self.pending = (rows, n, self._decode_launch(rows, n) if n > 0 else None)
 
     @torch.no_grad()
@@ -466,6 +470,8 @@ class Generator:
         done = []
         for r in rows:
             cut, finish = self._find_stop(r)
+            if cut is not None and cut > r.max_new:  # a stop in the tokens decoded past max_new: not reached
+                cut = None
             if cut is None and len(r.tokens) >= r.max_new:
                 cut, finish = r.max_new, "length"
             if cut is None and r.pos >= self.max_len:

@@ -95,6 +95,34 @@ def test_greedy_equals_naive_loop_with_continuous_batching():
         assert o.finish == "length"
 
 
+def test_rows_with_different_max_new_share_full_decode_chunks():
+    """Each row keeps exactly its max_new tokens (or stops at EOS within them), while a decode chunk runs
+    as many steps as the neediest row wants: rows near their limit no longer cut every chunk short. A stop
+    token sampled past a row's max_new does not count."""
+    model = tiny()
+    g = torch.Generator().manual_seed(2)
+    prompts = [torch.randint(0, 256, (n,), generator=g).tolist() for n in (4, 7, 2)]
+    limits = [3, 9, 14]
+    free = [naive_greedy(model, p, 14) for p in prompts]
+    stop = free[0][5]  # row 0 would sample this at its 6th token, past its max_new of 3
+    gen = Generator(model, slots=3, max_len=64, sync_every=8, stop_ids=[stop])
+    gen.set_sampling(Sampling(temperature=0))
+    for k, (p, m) in enumerate(zip(prompts, limits)):
+        gen.submit(k, p, m)
+    launches, done = 0, {}
+    while gen.busy():
+        launches += 1
+        for c in gen.step():
+            done[c.key] = c
+    for k, (p, m) in enumerate(zip(prompts, limits)):
+        want = naive_greedy(model, p, m, stop=[stop])
+        assert done[k].token_ids == want
+        assert done[k].finish == ("eos" if want[-1] == stop else "length")
+        assert len(done[k].logprobs) == len(want)
+    assert done[0].token_ids == free[0][:3] and done[0].finish == "length"
+    assert launches == 2  # 1 + 8 + 5 tokens for the longest row (the old rule: chunks of 2, 6 and 4 steps)
+
+
 def test_sampler_logprobs_equal_trainer_logprobs():
     model = tiny(seed=3)
     prompts = [[1, 2, 3], [9, 8, 7, 6, 5, 4], [42]]
