@@ -1,7 +1,8 @@
 """Where an RL iteration's time goes: `R1_PROFILE=N` runs iteration N (1-based) under torch.profiler.
 
 The trainer logs each phase's wall time (time_rollout, time_score, time_train); this says what fills it.
-It writes <run.dir>/profile_iter<N>.txt (rank 0): per phase, its wall time and the GPU's busy time in
+It writes <run.dir>/profile_iter<N>.txt (rank 0; the profiled iteration itself runs slower, and the
+report takes minutes for a big iteration, left out of the run's clock): per phase, its wall time and the GPU's busy time in
 it (the union of kernel intervals that start inside the phase): a phase whose GPU is busy a small part
 of its wall time waits on the host (Python, launches, syncs), not on the GPU. Then the top ops by
 CUDA time and by CPU time. No chrome trace: for a whole iteration it runs to hundreds of MB.
@@ -10,6 +11,7 @@ Phases are marked with `phase(name)` (torch.profiler.record_function: free when 
 """
 import contextlib
 import os
+import time
 
 import torch
 
@@ -33,14 +35,20 @@ def wanted(iteration: int) -> bool:
 
 @contextlib.contextmanager
 def maybe_profile(run_dir: str, iteration: int, main: bool = True):
-    """Profile the body when R1_PROFILE == iteration (1-based) and write the report (rank 0 only)."""
+    """Profile the body when R1_PROFILE == iteration (1-based) and write the report (rank 0 only).
+
+    Yields a dict whose "report_s" is the time spent on the report after the body: the profiler's
+    events of a whole GSM8K-tool iteration take one to three minutes of host time to sort out (H200 host,
+    SmolLM2-135M), which the trainer leaves out of its clock (train.time_limit, time_elapsed)."""
+    out = {"report_s": 0.0}
     if not wanted(iteration) or not main:
-        yield
+        yield out
         return
     cuda = torch.cuda.is_available()
     acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
     with torch.profiler.profile(activities=acts) as prof:
-        yield
+        yield out
+    t = time.time()
     path = os.path.join(run_dir, f"profile_iter{iteration}.txt")
     with open(path, "w") as f:
         f.write(report(prof.events(), cuda))
@@ -48,7 +56,9 @@ def maybe_profile(run_dir: str, iteration: int, main: bool = True):
         if cuda:
             f.write("\ntop ops by self CUDA time\n" + avg.table(sort_by="self_cuda_time_total", row_limit=30))
         f.write("\ntop ops by self CPU time\n" + avg.table(sort_by="self_cpu_time_total", row_limit=30))
-    print(f"profile of iteration {iteration}: {path}", flush=True)
+    out["report_s"] = time.time() - t
+    print(f"profile of iteration {iteration}: {path} (report written in {out['report_s']:.0f} s, "
+          f"not counted in the run's clock)", flush=True)
 
 
 def busy_us(intervals: list) -> float:

@@ -648,8 +648,9 @@ class Trainer:
         t0 = time.time()
         try:
             for it in range(self.start, cfg.train.steps):
-                with maybe_profile(cfg.run.dir, it + 1, self.d.main):  # R1_PROFILE=it + 1 (r1/profiler.py)
+                with maybe_profile(cfg.run.dir, it + 1, self.d.main) as prof:  # R1_PROFILE=it + 1 (r1/profiler.py)
                     metrics = self.iteration(it)
+                t0 += distributed.all_max(prof["report_s"], self.d)  # the report is not the run's time
                 if cfg.eval.every and (it + 1) % cfg.eval.every == 0:
                     res = evaluate(self, self.eval_rows, cfg, out_dir=None)
                     metrics.update({f"eval_{k}": v for k, v in res.items() if isinstance(v, (int, float))})
