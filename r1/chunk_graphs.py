@@ -6,7 +6,8 @@ the SmolLM2-135M shape), but an eager forward launches ~10-35 kernels per
 layer from Python, and on the H200's host that took 20-40 ms a call, 36
 calls a rollout (bench/agent_rollout.py: 1.3-1.6 s of a 3.8-5 s loop). The
 decode step has run in CUDA graphs from the start; this does the same for
-chunks.
+chunks. Measured on the H200 (docs/LOG.md): a 135M-shape rollout's continuation
+prefills went from 1.13 to 0.12 s, its first prompts from 0.76 to 0.22 s.
 
 A graph replays fixed shapes, so a chunk is padded to a bucket:
 (Np tokens, Bp rows, Qp the longest row), with real rows and tokens first,
@@ -32,11 +33,11 @@ import os
 import torch
 
 from kernels import attention
-from r1.model import CacheStep
+from r1.model import CacheStep, switch
 
 MIN_Q = 16  # the Triton chunk kernel's query block
 MAX_GRAPHS = 64  # captured shapes per generator; past it, new shapes run eagerly
-TOKEN_BUCKETS = tuple(sorted({b for p in range(4, 15) for b in (2 ** p, 3 * 2 ** (p - 1))}))  # 16, 24, 32, 48 .. 16384
+TOKEN_BUCKETS = tuple(sorted({b for p in range(4, 15) for b in (2 ** p, 3 * 2 ** (p - 1))}))  # 16, 24, 32, 48 .. 24576
 
 
 def _up(x: int, buckets) -> int | None:
@@ -81,7 +82,7 @@ def pad(ids, pos, token_rows, rows, cu, kv_lens, shape, scratch: int):
 
 def usable(model, generator) -> bool:
     """True where a chunk's forward can be captured: CUDA fp16/bf16 with the graph-safe attention kernels."""
-    if os.environ.get("R1_CHUNK_GRAPHS") == "0" or not generator.cuda_graphs:
+    if not switch("R1_CHUNK_GRAPHS") or not generator.cuda_graphs:
         return False
     if os.environ.get("R1_ATTN") or os.environ.get("R1_CHUNKS") or generator.dtype not in (torch.float16, torch.bfloat16):
         return False
@@ -107,7 +108,7 @@ class ChunkGraphs:
         self.graphs: dict = {}
         self.pool = None
         self.out = None  # [top, hidden]: every graph writes its hidden states here
-        self.top = _up(generator.prefill_tokens, TOKEN_BUCKETS) or 0  # the largest Np (a chunk's budget)
+        self.top = _up(generator.prefill_tokens, TOKEN_BUCKETS) or TOKEN_BUCKETS[-1]  # the largest Np
         self.on = usable(generator.model, generator)
         self.calls = {"graph": 0, "eager": 0}
         self.failed: set = set()  # kinds (fresh True/False) whose capture failed: eager from then on
@@ -163,8 +164,11 @@ class ChunkGraphs:
             for _ in range(2):
                 run()
         torch.cuda.current_stream().wait_stream(s)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
-            run()
+        graph, prev = torch.cuda.CUDAGraph(), torch.cuda.current_stream()
+        try:
+            with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+                run()
+        finally:  # a failed capture can raise before the graph context restores the caller's stream
+            torch.cuda.set_stream(prev)
         g["graph"] = graph
         return g

@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 import torch
 
 from r1.chunk_graphs import ChunkGraphs
-from r1.model import CacheStep, KVCache, Transformer, fuse_projections
+from r1.model import CacheStep, KVCache, Transformer, fuse_projections, switch
 
 try:  # Triton is optional: absent in the CPU build of torch
     from kernels import triton_sample
@@ -213,7 +213,7 @@ class Generator:
         self.pending = None  # (rows, n, device outputs) of a launch() that finish() has not collected
         if fuse is None:  # generation-only models on the GPU (R1_FUSE=0: off): +3.4% with compiled ops, 0 without
             fuse = (self.device.type == "cuda" and not any(q.requires_grad for q in model.parameters())
-                    and os.environ.get("R1_FUSE") != "0")
+                    and switch("R1_FUSE"))
         if fuse:
             fuse_projections(model)
         self.chunk_graphs = ChunkGraphs(self, BUCKETS) if self.cuda_graphs else None  # prefill chunks, bucketed

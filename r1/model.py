@@ -203,10 +203,18 @@ def _compile(fn):
     return torch.compile(fn)
 
 
+def switch(name: str) -> bool:
+    """An on-by-default switch from the environment: unset or 1 = on, 0 = off, anything else an error."""
+    v = os.environ.get(name, "")
+    if v not in ("", "0", "1"):
+        raise ValueError(f"{name}={v!r}: use 0 (off) or 1 (on), or leave it unset (on)")
+    return v != "0"
+
+
 def paths_in_use(cuda: bool) -> dict:
     """What the environment selects, for benchmarks to record: compiled ops, fused projections (generator)."""
     c = os.environ.get("R1_COMPILE", "")
-    return {"compiled_ops": c == "1" or (c == "" and cuda), "fused_projections": cuda and os.environ.get("R1_FUSE") != "0"}
+    return {"compiled_ops": c == "1" or (c == "" and cuda), "fused_projections": cuda and switch("R1_FUSE")}
 
 
 def default_ops():

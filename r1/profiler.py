@@ -1,7 +1,7 @@
 """Where an RL iteration's time goes: `R1_PROFILE=N` runs iteration N (1-based) under torch.profiler.
 
 The trainer logs each phase's wall time (time_rollout, time_score, time_train); this says what fills it.
-It writes <run.dir>/profile_iter<N>.txt (rank 0; the profiled iteration itself runs slower, and the
+It writes <run.dir>/profile_iter<N>.txt (rank 0; other ranks _rank<r>; the profiled iteration itself runs slower, and the
 report takes minutes for a big iteration, left out of the run's clock): per phase, its wall time and the GPU's busy time in
 it (the union of kernel intervals that start inside the phase): a phase whose GPU is busy a small part
 of its wall time waits on the host (Python, launches, syncs), not on the GPU. Then the top ops by
@@ -34,14 +34,16 @@ def wanted(iteration: int) -> bool:
 
 
 @contextlib.contextmanager
-def maybe_profile(run_dir: str, iteration: int, main: bool = True):
-    """Profile the body when R1_PROFILE == iteration (1-based) and write the report (rank 0 only).
+def maybe_profile(run_dir: str, iteration: int, rank: int = 0):
+    """Profile the body when R1_PROFILE == iteration (1-based) and write the report: every rank profiles
+    and writes its own (rank 0 profile_iterN.txt, rank r profile_iterN_rank<r>.txt), so no rank waits in
+    a collective for minutes while another sorts out its events.
 
     Yields a dict whose "report_s" is the time spent on the report after the body: the profiler's
     events of a whole GSM8K-tool iteration take one to three minutes of host time to sort out (H200 host,
     SmolLM2-135M), which the trainer leaves out of its clock (train.time_limit, time_elapsed)."""
     out = {"report_s": 0.0}
-    if not wanted(iteration) or not main:
+    if not wanted(iteration):
         yield out
         return
     cuda = torch.cuda.is_available()
@@ -49,7 +51,7 @@ def maybe_profile(run_dir: str, iteration: int, main: bool = True):
     with torch.profiler.profile(activities=acts) as prof:
         yield out
     t = time.time()
-    path = os.path.join(run_dir, f"profile_iter{iteration}.txt")
+    path = os.path.join(run_dir, f"profile_iter{iteration}" + (f"_rank{rank}" if rank else "") + ".txt")
     with open(path, "w") as f:
         f.write(report(prof.events(), cuda))
         avg = prof.key_averages()
@@ -57,8 +59,9 @@ def maybe_profile(run_dir: str, iteration: int, main: bool = True):
             f.write("\ntop ops by self CUDA time\n" + avg.table(sort_by="self_cuda_time_total", row_limit=30))
         f.write("\ntop ops by self CPU time\n" + avg.table(sort_by="self_cpu_time_total", row_limit=30))
     out["report_s"] = time.time() - t
-    print(f"profile of iteration {iteration}: {path} (report written in {out['report_s']:.0f} s, "
-          f"not counted in the run's clock)", flush=True)
+    if rank == 0:
+        print(f"profile of iteration {iteration}: {path} (report written in {out['report_s']:.0f} s, "
+              f"not counted in the run's clock)", flush=True)
 
 
 def busy_us(intervals: list) -> float:

@@ -62,17 +62,28 @@ PIECE_CACHE_SIZE = 256  # pieces kept (cleared when full)
 
 def _added_token_splitter(hf):
     """(regex splitting a text at added tokens, leftmost-longest as the tokenizer matches them, and each
-    added token's id), or None where splitting is not all an added token does to its neighbours (strip or
-    single-word flags, normalised matching) or the tokenizer has a normaliser: then texts are encoded whole."""
+    added token's id), or None where a piece's ids could depend on where it sits: added tokens that strip,
+    match single words or match after normalisation; a normaliser; a pre-tokenizer that treats the text's
+    start apart (Metaspace prepend_scheme "first": "▁" before the first piece only); truncation or padding
+    set on the backend. Then a probe must encode alike both ways; otherwise texts are encoded whole."""
     backend = getattr(hf, "backend_tokenizer", None)
     added = list(getattr(hf, "added_tokens_decoder", {}).items())
-    if backend is None or not added or backend.normalizer is not None and str(backend.normalizer) not in (
-            "Sequence(normalizers=[])",):
+    if backend is None or not added or backend.truncation is not None or backend.padding is not None:
+        return None
+    if backend.normalizer is not None and str(backend.normalizer) != "Sequence(normalizers=[])":
         return None
     if any(t.lstrip or t.rstrip or t.single_word or t.normalized for _, t in added):
         return None
+    if '"Metaspace"' in backend.to_str() and '"prepend_scheme":"always"' not in backend.to_str().replace(" ", ""):
+        return None
     token_ids = {t.content: i for i, t in added}
     pattern = re.compile("(" + "|".join(re.escape(c) for c in sorted(token_ids, key=len, reverse=True)) + ")")
+    for t in list(token_ids)[:8]:  # a probe: pieces before, between and after added tokens, spaces at the edges
+        probe = f"a b{t} x\n y{t}{t}z "
+        parts = [p for p in pattern.split(probe) if p]
+        split = [i for p in parts for i in ([token_ids[p]] if p in token_ids else backend.encode(p, add_special_tokens=False).ids)]
+        if split != hf.encode(probe, add_special_tokens=False):
+            return None
     return pattern, token_ids
 
 

@@ -529,21 +529,23 @@ class Trainer:
         if self.critic is not None:
             self.copt.zero_grad(set_to_none=True)
         # Metrics and losses stay on the device until the mini-batch is done (one host sync for all of
-        # them, in _flush): a sync per micro-batch kept the GPU idle while the host queued the next one.
+        # them, in _flush; optimizer_step has its own for the gradient norms): a sync per micro-batch kept
+        # the GPU idle while the host queued the next one.
         pending, finite, pg_sum, vl_sum = [], torch.ones((), device=self.device), 0.0, 0.0
         for mb, mb_scores, targets in mini:
             if train_policy:
                 loss, metrics = self.policy_objective(mb, mb_scores, targets, norms)
                 finite = finite * torch.isfinite(loss.detach())
                 loss.backward()
-                pending.append((metrics, mb.mask.sum().detach()))
+                pending.append(({k: v.detach() if torch.is_tensor(v) else v for k, v in metrics.items()},
+                                mb.mask.sum().detach()))
                 pg_sum = pg_sum + loss.detach()
             if train_critic:
                 loss, metrics, weight = self.critic_objective(mb, mb_scores, targets, norms.critic)
                 finite = finite * torch.isfinite(loss.detach())
                 loss.backward()
                 vl_sum = vl_sum + loss.detach()
-                pending.append((metrics, weight))
+                pending.append(({k: v.detach() if torch.is_tensor(v) else v for k, v in metrics.items()}, weight))
         for _ in range(n_fill):
             self.filler_backward(self.cfg.rollout.temperature or 1.0, train_policy, train_critic)
         # each rank's loss is world x its share of the global loss (FSDP averages gradients), so the
@@ -648,7 +650,7 @@ class Trainer:
         t0 = time.time()
         try:
             for it in range(self.start, cfg.train.steps):
-                with maybe_profile(cfg.run.dir, it + 1, self.d.main) as prof:  # R1_PROFILE=it + 1 (r1/profiler.py)
+                with maybe_profile(cfg.run.dir, it + 1, self.d.rank) as prof:  # R1_PROFILE=it + 1 (r1/profiler.py)
                     metrics = self.iteration(it)
                 t0 += distributed.all_max(prof["report_s"], self.d)  # the report is not the run's time
                 if cfg.eval.every and (it + 1) % cfg.eval.every == 0:

@@ -114,10 +114,10 @@ def test_compiled_ops_match_eager():
         assert OPS.rms_norm is not rms_norm
         out = model(ids, pos, cu, mx)
         out.square().mean().backward()
-    finally:
         compile_ops(False)
-    assert OPS.rms_norm is rms_norm
-    default_ops()
+        assert OPS.rms_norm is rms_norm
+    finally:
+        default_ops()
     assert (out - ref).abs().max() < 1e-5
     for p, g in zip(model.parameters(), ref_grads):
         assert (p.grad - g).abs().max() < 1e-5
@@ -191,3 +191,16 @@ def test_fused_projections_match_and_stay_in_sync(arch):
     out = fused_model(ids, pos, cu, mx)  # the separate path, so it reaches v_proj
     out.sum().backward()
     assert fused_model.model.layers[0].self_attn.v_proj.weight.grad is not None
+
+
+def test_switches_read_from_the_environment(monkeypatch):
+    """R1_FUSE / R1_CHUNK_GRAPHS: unset or 1 = on, 0 = off, anything else a one-line error naming it."""
+    from r1.model import switch
+
+    monkeypatch.delenv("R1_FUSE", raising=False)
+    assert switch("R1_FUSE")
+    monkeypatch.setenv("R1_FUSE", "0")
+    assert not switch("R1_FUSE")
+    monkeypatch.setenv("R1_FUSE", "false")
+    with pytest.raises(ValueError, match="R1_FUSE='false'"):
+        switch("R1_FUSE")

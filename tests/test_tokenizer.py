@@ -248,3 +248,21 @@ def test_piece_cache_encodes_as_the_tokenizer_does(tok):
     for text in texts + texts:  # twice: the second pass reads the cache
         assert tok.encode(text) == tok.hf.encode(text, add_special_tokens=False), text[:80]
     assert tok._pieces  # something was cached
+
+
+def test_piece_cache_is_off_where_a_piece_depends_on_its_place():
+    """A Metaspace pre-tokenizer that marks only the text's start ("first": non-legacy SentencePiece
+    Llama-style tokenizers) gives a piece after an added token other ids than the same piece alone:
+    no piece cache there, and encode equals hf.encode on long texts."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from r1.tokenizer import _added_token_splitter
+
+    t = Tokenizer(models.BPE(unk_token="[UNK]"))
+    t.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="first")
+    t.train_from_iterator(["a b x y z aaa xxx " * 10], trainers.BpeTrainer(vocab_size=60, special_tokens=["[UNK]"]))
+    hf = transformers.PreTrainedTokenizerFast(tokenizer_object=t)
+    hf.add_special_tokens({"additional_special_tokens": ["<|im_start|>"]})
+    assert _added_token_splitter(hf) is None
+    text = "a" * 10 + "<|im_start|>" + "x" * 600
+    assert ChatTokenizer(hf, "metaspace-first").encode(text) == hf.encode(text, add_special_tokens=False)
