@@ -567,7 +567,24 @@ def load_config(path: str | list | None = None, overrides: list[str] = ()) -> Co
         _set(cfg, key, raw, COMMAND_LINE, text=True)
         origin[key] = COMMAND_LINE
     validate(cfg, origin)
+    check_environment()
     return cfg
+
+
+# The environment switches of the GPU paths (README): unset, 0 or 1; R1_PROFILE: an iteration number.
+SWITCHES = ("R1_COMPILE", "R1_FUSE", "R1_CHUNK_GRAPHS")
+
+
+def check_environment():
+    """A mistyped switch (R1_FUSE=false, R1_PROFILE=last) is a one-line error before anything runs, not a
+    traceback at import or in the middle of a run."""
+    for name in SWITCHES:
+        v = os.environ.get(name, "")
+        if v not in ("", "0", "1"):
+            raise ConfigError(f"environment variable {name}={v!r}: use 0 (off) or 1 (on), or leave it unset")
+    v = os.environ.get("R1_PROFILE", "")
+    if v and not (v.isdigit() and int(v) >= 1):
+        raise ConfigError(f"environment variable R1_PROFILE={v!r}: give the iteration to profile, 1 or more")
 
 
 def validate(cfg: Config, origin: dict | None = None):

@@ -232,3 +232,13 @@ def test_section_given_a_scalar(tmp_path, text):
 def test_malformed_override(text):
     msg = error(None, [text])
     assert "key=value" in msg
+
+
+@pytest.mark.parametrize("name,value", [("R1_COMPILE", "yes"), ("R1_FUSE", "false"), ("R1_CHUNK_GRAPHS", "off"),
+                                        ("R1_PROFILE", "last"), ("R1_PROFILE", "0")])
+def test_mistyped_environment_switch_is_a_config_error(monkeypatch, name, value):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match=f"{name}='{value}'"):
+        load_config(None, [])
+    monkeypatch.setenv(name, "1")
+    load_config(None, [])
