@@ -21,7 +21,8 @@ time of `loop.run`, as the trainer's rollout_tok_s), `single_turn_tok_s` (the
 engine alone in the same process: the same slots, the episodes' first prompts,
 each row generating the mean response length with no stop, as bench/rollout.py),
 their `ratio`, `same_lengths_tok_s` and `ratio_same_lengths` (the engine alone with each row
-generating its own episode's response tokens: the episodes' spread of lengths, without the turns), `replayed_exactly` (episodes whose every step came out as forced),
+generating its own episode's response tokens: the episodes' spread of lengths, without the turns),
+`replayed_exactly` (episodes whose every step came out as forced),
 and `breakdown`, seconds of a second, instrumented run (a CUDA sync around each
 GPU phase): decode, first_prompt_prefill, continuation_prefill, admit_other
 (first-token sampling and bookkeeping of admitted rows), env_main (first

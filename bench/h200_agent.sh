@@ -16,7 +16,8 @@ agent() {  # gpu model name env...
   phase "agent-$m-$n" env CUDA_VISIBLE_DEVICES=$g "$@" python3 bench/agent_rollout.py --model $m --gap $TOKARG
 }
 EAGER="R1_COMPILE=0 R1_FUSE=0 R1_CHUNK_GRAPHS=0"
-{ phase gpu-tests env CUDA_VISIBLE_DEVICES=0 python3 -m pytest -q -m gpu tests; agent 0 3b default; agent 0 3b eager $EAGER; } &
+{ phase gpu-tests env CUDA_VISIBLE_DEVICES=0 python3 -m pytest -q -m gpu tests
+  agent 0 3b default; agent 0 3b eager $EAGER; } &
 { agent 1 135m default; agent 1 135m nochunk R1_CHUNK_GRAPHS=0; agent 1 135m eager $EAGER; } &
 wait
 log "all done"

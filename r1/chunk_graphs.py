@@ -84,7 +84,9 @@ def usable(model, generator) -> bool:
     """True where a chunk's forward can be captured: CUDA fp16/bf16 with the graph-safe attention kernels."""
     if not switch("R1_CHUNK_GRAPHS") or not generator.cuda_graphs:
         return False
-    if os.environ.get("R1_ATTN") or os.environ.get("R1_CHUNKS") or generator.dtype not in (torch.float16, torch.bfloat16):
+    if os.environ.get("R1_ATTN") or os.environ.get("R1_CHUNKS"):
+        return False
+    if generator.dtype not in (torch.float16, torch.bfloat16):
         return False
     k = generator.cache.k[0]
     q = torch.empty(1, model.cfg.num_heads, model.cfg.head_dim, dtype=generator.dtype, device=generator.device)

@@ -378,7 +378,8 @@ class Generator:
             token_rows += [i] * take
             cu.append(cu[-1] + take)
         d = self.device
-        rows, kv_lens, fresh = [r.slot for r, _, _ in batch], [s + t for _, s, t in batch], all(s == 0 for _, s, _ in batch)
+        rows, kv_lens = [r.slot for r, _, _ in batch], [s + t for _, s, t in batch]
+        fresh = all(s == 0 for _, s, _ in batch)
         h = self.chunk_graphs.run(ids, pos, token_rows, rows, cu, kv_lens, fresh) if self.chunk_graphs else None
         if h is not None:
             return h

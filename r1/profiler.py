@@ -1,11 +1,12 @@
 """Where an RL iteration's time goes: `R1_PROFILE=N` runs iteration N (1-based) under torch.profiler.
 
 The trainer logs each phase's wall time (time_rollout, time_score, time_train); this says what fills it.
-It writes <run.dir>/profile_iter<N>.txt (rank 0; other ranks _rank<r>; the profiled iteration itself runs slower, and the
-report takes minutes for a big iteration, left out of the run's clock): per phase, its wall time and the GPU's busy time in
-it (the union of kernel intervals that start inside the phase): a phase whose GPU is busy a small part
-of its wall time waits on the host (Python, launches, syncs), not on the GPU. Then the top ops by
-CUDA time and by CPU time. No chrome trace: for a whole iteration it runs to hundreds of MB.
+It writes <run.dir>/profile_iter<N>.txt (rank 0; other ranks _rank<r>): per phase, its wall time and
+the GPU's busy time in it (the union of kernel intervals that start inside the phase): a phase whose
+GPU is busy a small part of its wall time waits on the host (Python, launches, syncs), not on the
+GPU. Then the top ops by CUDA time and by CPU time. No chrome trace: for a whole iteration it runs to
+hundreds of MB. The profiled iteration itself runs slower, and the report takes minutes for a big
+iteration: the trainer leaves it out of the run's clock.
 
 Phases are marked with `phase(name)` (torch.profiler.record_function: free when not profiling).
 """

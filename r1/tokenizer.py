@@ -81,7 +81,8 @@ def _added_token_splitter(hf):
     for t in list(token_ids)[:8]:  # a probe: pieces before, between and after added tokens, spaces at the edges
         probe = f"a b{t} x\n y{t}{t}z "
         parts = [p for p in pattern.split(probe) if p]
-        split = [i for p in parts for i in ([token_ids[p]] if p in token_ids else backend.encode(p, add_special_tokens=False).ids)]
+        split = [i for p in parts
+                 for i in ([token_ids[p]] if p in token_ids else backend.encode(p, add_special_tokens=False).ids)]
         if split != hf.encode(probe, add_special_tokens=False):
             return None
     return pattern, token_ids
