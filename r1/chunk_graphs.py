@@ -160,17 +160,24 @@ class ChunkGraphs:
                              kv_lens=g["kv_lens"], fresh=fresh)
             self.out[:Np].copy_(gen.model.hidden(g["ids"], g["pos"], cache=gen.cache, step=step))
 
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for _ in range(2):
-                run()
-        torch.cuda.current_stream().wait_stream(s)
-        graph, prev = torch.cuda.CUDAGraph(), torch.cuda.current_stream()
-        try:
-            with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
-                run()
-        finally:  # a failed capture can raise before the graph context restores the caller's stream
-            torch.cuda.set_stream(prev)
-        g["graph"] = graph
+        g["graph"], _ = capture(run, pool=self.pool, mode="thread_local")
         return g
+
+
+def capture(run, pool=None, mode: str = "global"):
+    """Two warm-up calls of run() on a side stream (compiles, Triton autotuning, lazy allocations), then
+    run() captured -> (graph, what the captured call returned). Used for decode steps and chunks alike.
+    The caller's stream is restored even when the capture fails (torch can raise before restoring it)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            run()
+    torch.cuda.current_stream().wait_stream(s)
+    graph, prev = torch.cuda.CUDAGraph(), torch.cuda.current_stream()
+    try:
+        with torch.cuda.graph(graph, pool=pool, capture_error_mode=mode):
+            out = run()
+    finally:
+        torch.cuda.set_stream(prev)
+    return graph, out

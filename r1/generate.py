@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from r1.chunk_graphs import ChunkGraphs
+from r1.chunk_graphs import ChunkGraphs, capture
 from r1.model import CacheStep, KVCache, Transformer, fuse_projections, switch
 
 try:  # Triton is optional: absent in the CPU build of torch
@@ -455,15 +455,7 @@ class Generator:
                              kv_lens=(bufs["pos"] + 1).to(torch.int32))
             return self.model.head(self.model.hidden(bufs["tok"], bufs["pos"], cache=self.cache, step=step))
 
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for _ in range(2):
-                run()
-        torch.cuda.current_stream().wait_stream(s)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            logits = run()
+        graph, logits = capture(run)
         # ar and cu are read by the graph: keep them alive with it (freed, their memory is reused)
         return {**bufs, "ar": ar, "cu": cu, "graph": graph, "logits": logits}
 
