@@ -7,13 +7,14 @@
 # both GPUs. While SFT trains on GPU 0, GPU 1 runs (BENCH=1) the single-turn 3B benchmark with its peer (HF
 # generate) and the GPU tests; at the end, the agent-loop benchmark (bench/agent_rollout.py) of both paths, the
 # 135M shape on GPU 0 and the 3B shape on GPU 1. PROFILE=N: iteration N of each RL lane runs under
-# torch.profiler (R1_PROFILE, r1/profiler.py; default 5).
+# torch.profiler (R1_PROFILE, r1/profiler.py; unset: none. The 2026-11-30 run profiled iteration 5 of both lanes,
+# and the reports' minutes came out of the lanes' equal wall time, before the trainer left them out of its clock).
 #
 #   bench/h200_compile.sh MODEL.gguf RESULTS_DIR
 #   env: RL_TIME (seconds of RL each, default 300), SFT_STEPS (default 467), SKIP (phase names not to run),
 #        SLOW (the environment of the eager lane, default "R1_COMPILE=0 R1_FUSE=0 R1_CHUNK_GRAPHS=0"),
 #        SFT_EXTRA / RL_EXTRA (overrides for train.py), EVAL_LIMIT (default 0 = all), BENCH (1 = run the
-#        benchmarks, default 1), FSDP (1 = the 2-GPU run, default 1), PROFILE (default 5)
+#        benchmarks, default 1), FSDP (1 = the 2-GPU run, default 1), PROFILE (unset: no profile)
 #   bench/h200_collect.sh RESULTS_DIR . $OUT     # in later calls: progress, metrics, evals, logs
 # Every phase writes $R/<phase>.done and is skipped when that exists (bench/phases.sh), so a restart continues.
 set -u
@@ -29,7 +30,7 @@ ev() {  # gpu model name: both policies are evaluated on the default path, so on
 }
 rl() {  # gpu name [env...]: GRPO from the SFT checkpoint for RL_TIME seconds (env: its path), then its eval
   local g=$1 n=$2; shift 2
-  phase "$n" env CUDA_VISIBLE_DEVICES=$g R1_PROFILE=${PROFILE:-5} "$@" python3 train.py $C model.path="$R/sft/hf" \
+  phase "$n" env CUDA_VISIBLE_DEVICES=$g R1_PROFILE=${PROFILE:-} "$@" python3 train.py $C model.path="$R/sft/hf" \
     train.sft_steps=0 run.dir="$R/$n" algo.advantage=grpo train.time_limit=$RL_TIME train.steps=100000 \
     train.checkpoint_every=100000 eval.every=0 ${RL_EXTRA:-} && ev $g "$R/$n" "$n"
 }
