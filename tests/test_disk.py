@@ -17,29 +17,20 @@ import pytest
 
 import train
 from r1 import disk
-from r1.config import ConfigError, load_config
+from r1.config import load_config
 from r1.memory import param_count
-from r1.model import ModelConfig, Transformer, tiny_config
+from r1.model import Transformer, tiny_config
+from test_memory import QWEN3B_SMOL, refusal  # the 3B shape of issue 15; a one-line ConfigError
 
 GiB = 2 ** 30
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMOKE = os.path.join(ROOT, "configs", "smoke.yaml")
 TINY = ["rollout.prompts=2", "rollout.n=2", "rollout.max_new_tokens=8", "data.train_size=16", "data.test_size=4",
         "log.tensorboard=false"]
-QWEN3B_SMOL = ModelConfig(arch="qwen2", vocab_size=49152, hidden_size=2048, intermediate_size=11008, num_layers=36,
-                          num_heads=16, num_kv_heads=2, head_dim=128, tie_embeddings=True, qkv_bias=True)
 
 
 def folder_bytes(path) -> int:
     return sum(os.path.getsize(os.path.join(r, f)) for r, _, files in os.walk(path) for f in files)
-
-
-def refusal(fn) -> str:
-    with pytest.raises(ConfigError) as e:
-        fn()
-    msg = str(e.value)
-    assert "\n" not in msg, msg
-    return msg
 
 
 # ------------------------------------------------------------------ sizes
