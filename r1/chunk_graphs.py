@@ -119,13 +119,19 @@ class ChunkGraphs:
         """Hidden states [N, hidden] of the chunk from a graph, or None (the caller runs it eagerly).
 
         The result is a view of the shared output buffer: read it before the next run."""
-        shape = bucket(len(ids), len(rows), max(b - a for a, b in zip(cu, cu[1:])), self.row_buckets,
-                       self.gen.max_len) if self.on else None
-        shape = shape if shape is not None and shape[0] <= self.top else None
-        key = None if shape is None or fresh in self.failed else (fresh, *shape)
+        shape = None
+        if self.on and fresh not in self.failed:
+            shape = bucket(len(ids), len(rows), max(b - a for a, b in zip(cu, cu[1:])), self.row_buckets,
+                           self.gen.max_len)
+        if shape is None or shape[0] > self.top:
+            self.calls["eager"] += 1
+            return None
+        key = (fresh, *shape)
         g = self.graphs.get(key)
-        inputs = None if key is None else pad(ids, pos, token_rows, rows, cu, kv_lens, shape, self.gen.scratch)
-        if g is None and key is not None and len(self.graphs) < MAX_GRAPHS:
+        inputs = pad(ids, pos, token_rows, rows, cu, kv_lens, shape, self.gen.scratch)
+        if g is not None:
+            _fill(g, inputs)
+        elif len(self.graphs) < MAX_GRAPHS:  # the capture's static inputs hold this chunk already
             try:
                 g = self.graphs[key] = self._capture(shape, fresh, inputs)
             except Exception as e:  # noqa: BLE001 (e.g. an op that needs the host): this kind runs eagerly
@@ -136,7 +142,6 @@ class ChunkGraphs:
         if g is None:
             self.calls["eager"] += 1
             return None
-        _fill(g, inputs)
         g["graph"].replay()
         self.calls["graph"] += 1
         return self.out[:len(ids)]

@@ -211,18 +211,23 @@ def switch(name: str) -> bool:
     return v != "0"
 
 
-def paths_in_use(cuda: bool) -> dict:
-    """What the environment selects, for benchmarks to record: compiled ops, fused projections (generator)."""
-    c = os.environ.get("R1_COMPILE", "")
-    return {"compiled_ops": c == "1" or (c == "" and cuda), "fused_projections": cuda and switch("R1_FUSE")}
-
-
-def default_ops():
-    """The OPS that R1_COMPILE asks for: unset = compiled on CUDA, 1 = compiled everywhere, 0 = eager."""
+def compile_mode():
+    """What R1_COMPILE asks for, as compile_ops takes it: unset = "cuda", 1 = True (everywhere), 0 = False."""
     mode = os.environ.get("R1_COMPILE", "")
     if mode not in ("", "0", "1"):
         raise ValueError(f"R1_COMPILE={mode!r}: use 1 (compile everywhere), 0 (eager) or leave it unset (CUDA)")
-    compile_ops({"1": True, "0": False, "": "cuda"}[mode])
+    return {"1": True, "0": False, "": "cuda"}[mode]
+
+
+def paths_in_use(cuda: bool) -> dict:
+    """What the environment selects, for benchmarks to record: compiled ops, fused projections (generator)."""
+    mode = compile_mode()
+    return {"compiled_ops": mode is True or (mode == "cuda" and cuda), "fused_projections": cuda and switch("R1_FUSE")}
+
+
+def default_ops():
+    """The OPS that R1_COMPILE asks for (compile_mode)."""
+    compile_ops(compile_mode())
 
 
 @dataclass

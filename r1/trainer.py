@@ -46,7 +46,7 @@ from r1.generate import Generator, Sampling
 from r1.logger import Logger
 from r1.model import Transformer, tiny_config
 from r1.packing import Plan, filler
-from r1.profiler import maybe_profile, phase
+from r1.profiler import maybe_profile, phase, wanted
 from r1.rollout import AgentEnvLoop
 from r1.rollout_stats import summarize, traj_stats
 from r1.tasks.data import epoch_order, load_rows
@@ -555,7 +555,7 @@ class Trainer:
         if train_critic:
             pending.append(({"value_loss": vl_sum}, 1.0))
         stats = {}
-        ok = _flush(stats, pending + [({"finite": finite}, 0.0)], self.device)
+        ok = _flush(stats, pending, finite, self.device)
         return stats if self.optimizer_step(ok, stats, train_policy, train_critic) else None
 
     def policy_objective(self, mb, mb_scores: Scores, targets: Targets, norms: Norms):
@@ -652,7 +652,8 @@ class Trainer:
             for it in range(self.start, cfg.train.steps):
                 with maybe_profile(cfg.run.dir, it + 1, self.d.rank) as prof:  # R1_PROFILE=it + 1 (r1/profiler.py)
                     metrics = self.iteration(it)
-                t0 += distributed.all_max(prof["report_s"], self.d)  # the report is not the run's time
+                if wanted(it + 1):  # the report is not the run's time
+                    t0 += distributed.all_max(prof["report_s"], self.d)
                 if cfg.eval.every and (it + 1) % cfg.eval.every == 0:
                     res = evaluate(self, self.eval_rows, cfg, out_dir=None)
                     metrics.update({f"eval_{k}": v for k, v in res.items() if isinstance(v, (int, float))})
@@ -723,8 +724,8 @@ def sampler_logprobs(trajs: list, tok_step: torch.Tensor) -> torch.Tensor:
     took 0.28 s of CPU for 512 GSM8K-tool episodes)."""
     steps = [s for t in trajs for s in t.steps]
     logprobs = torch.tensor([lp for s in steps for lp in s.logprobs], dtype=torch.float32)
-    if not steps or tok_step.numel() == 0:
-        return logprobs[:0] if tok_step.numel() == 0 else logprobs
+    if tok_step.numel() == 0:  # (no steps, or none scored)
+        return logprobs[:0]
     lens = torch.tensor([len(s.response_ids) for s in steps])
     starts = lens.cumsum(0) - lens
     order = torch.sort(tok_step, stable=True).indices
@@ -743,17 +744,16 @@ def _accumulate(stats: dict, metrics: dict, weight):
         stats[k] = (tot + v * w, cnt + w)
 
 
-def _flush(stats: dict, pending: list, device) -> bool:
-    """_accumulate every (metrics, weight) of `pending`, whose values may be device tensors, with one
-    host sync; the last entry is ({"finite": flag}, 0), not accumulated: returns the flag as a bool."""
-    tensors = [v.detach().reshape(()).to(device, torch.float64)
-               for metrics, w in pending for v in (*metrics.values(), w) if torch.is_tensor(v)]
-    host = iter(torch.stack(tensors).tolist() if tensors else [])
-    values = [({k: next(host) if torch.is_tensor(v) else float(v) for k, v in metrics.items()},
-               next(host) if torch.is_tensor(w) else float(w)) for metrics, w in pending]
-    for metrics, w in values[:-1]:
-        _accumulate(stats, metrics, w)
-    return values[-1][0]["finite"] > 0
+def _flush(stats: dict, pending: list, finite: torch.Tensor, device) -> bool:
+    """_accumulate every (metrics, weight) of `pending`, whose values may be device tensors, and read the
+    device flag `finite`, with one host sync; returns the flag as a bool."""
+    tensors = [finite] + [v for metrics, w in pending for v in (*metrics.values(), w) if torch.is_tensor(v)]
+    host = iter(torch.stack([t.reshape(()).to(device, torch.float64) for t in tensors]).tolist())
+    ok = next(host) > 0
+    for metrics, w in pending:
+        metrics = {k: next(host) if torch.is_tensor(v) else float(v) for k, v in metrics.items()}
+        _accumulate(stats, metrics, next(host) if torch.is_tensor(w) else float(w))
+    return ok
 
 
 def _value_moments(pred, target, mask) -> dict:
