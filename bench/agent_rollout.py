@@ -299,9 +299,11 @@ def tail_seconds(log, end, slots):
     return sum(times[i + 1] - times[i] for i, (_, busy) in enumerate(log) if busy < slots / 4)
 
 
-def agent(model, tok, episodes, slots, cache_len, sync, temperature, profile=False, gap=False, workers=None):
+def agent(model, tok, episodes, slots, cache_len, sync, temperature, profile=False, gap=False, workers=None,
+          sync_every=None, overlap=None, probe=True):
     cuda = next(model.parameters()).is_cuda
-    gen = Generator(model, slots, cache_len, stop_ids=tok.stop_ids, cuda_graphs=cuda)
+    gen = Generator(model, slots, cache_len, stop_ids=tok.stop_ids, cuda_graphs=cuda, sync_every=sync_every,
+                    overlap=overlap)
     gen.set_sampling(Sampling(temperature=temperature, seed=0))
     loop = AgentEnvLoop(gen, tok, make_env_factory(tok), MAX_NEW, **({} if workers is None else {"workers": workers}))
     samples = [e["sample"] for e in episodes]
@@ -323,11 +325,12 @@ def agent(model, tok, episodes, slots, cache_len, sync, temperature, profile=Fal
             res["chunk_graphs_captured"] = len(gen.chunk_graphs.graphs)
         res["tail_s"] = round(tail_seconds(log, t + dt, slots), 3)
         res["decode_calls"] = len(log)
-        with Probe(gen, loop, sync) as probe:
-            t = time.perf_counter()
-            loop.run(samples, 1, uid_prefix="probe-")
-            sync()
-            res["breakdown"] = probe.breakdown(time.perf_counter() - t)
+        if probe:
+            with Probe(gen, loop, sync) as timer:
+                t = time.perf_counter()
+                loop.run(samples, 1, uid_prefix="probe-")
+                sync()
+                res["breakdown"] = timer.breakdown(time.perf_counter() - t)
         if gap:
             opts["forced_logprobs"] = True
             scored = loop.run(samples, 1, uid_prefix="probe-")
@@ -348,7 +351,7 @@ def agent(model, tok, episodes, slots, cache_len, sync, temperature, profile=Fal
     n = sum(len(s.response_ids) for tr in trajs for s in tr.steps)
     exact = sum([s.response_ids for s in tr.steps] == e["responses"] for tr, e in zip(trajs, episodes))
     out = {"agent_tok_s": round(n / dt), "agent_s": round(dt, 3), "response_tokens": n,
-           "replayed_exactly": f"{exact}/{E}", **res}
+           "replayed_exactly": f"{exact}/{E}", "sync_every": gen.sync_every, "overlap": gen.overlap, **res}
     del gen, loop
     return out
 
@@ -374,8 +377,9 @@ def single_turn(model, episodes, slots, cache_len, new, sync, temperature):
         for k, (p, m) in enumerate(zip(prompts, lengths)):
             gen.submit((run, k), p, m)
         got = 0
-        while gen.busy():
-            for c in gen.step():
+        while gen.busy():  # as Generator.generate: a chunk in flight while the host collects the one before
+            launched = gen.launch()
+            for c in gen.finish(keep=int(launched and gen.overlap)):
                 got += len(c.token_ids)
                 gen.release(c.key)
         sync()
@@ -398,6 +402,13 @@ def main(argv=None):
     p.add_argument("--skip-single", action="store_true")
     p.add_argument("--gap", action="store_true", help="measure the sampler-trainer logprob gap (one more run)")
     p.add_argument("--workers", type=int, default=None, help="AgentEnvLoop's env threads (default: the loop's)")
+    p.add_argument("--sync-every", type=int, default=None,
+                   help="decode steps per chunk in the agent loop (default: the generator's)")
+    p.add_argument("--no-overlap", action="store_true",
+                   help="the agent loop waits for each chunk before launching the next (the old schedule)")
+    p.add_argument("--schedules", default=None,
+                   help="more agent runs in the same process, e.g. 16-sync,16,8,4: steps per chunk, '-sync' "
+                        "without overlap; each is timed (not instrumented) and listed under 'schedules'")
     p.add_argument("--save", nargs="?", const="bench/results/agent_rollout_h200.json", default=None,
                    help="append the result to a JSON list (default bench/results/agent_rollout_h200.json)")
     a = p.parse_args(argv)
@@ -432,10 +443,23 @@ def main(argv=None):
     with torch.no_grad():
         if not a.skip_single:
             r.update(single_turn(model, episodes, a.slots, a.cache_len, round(mean_resp), sync, temperature))
-        r.update(agent(model, tok, episodes, a.slots, a.cache_len, sync, temperature, a.profile, a.gap, a.workers))
-    if not a.skip_single:
-        r["ratio"] = round(r["agent_tok_s"] / r["single_turn_tok_s"], 3)
-        r["ratio_same_lengths"] = round(r["agent_tok_s"] / r["same_lengths_tok_s"], 3)
+        r.update(agent(model, tok, episodes, a.slots, a.cache_len, sync, temperature, a.profile, a.gap, a.workers,
+                       a.sync_every, False if a.no_overlap else None))
+        others = []
+        for name in (a.schedules.split(",") if a.schedules else []):
+            every, _, mode = name.partition("-")
+            if mode not in ("", "sync"):
+                p.error(f"--schedules: {name!r} is not N or N-sync")
+            res = agent(model, tok, episodes, a.slots, a.cache_len, sync, temperature, workers=a.workers,
+                        sync_every=int(every), overlap=False if mode else None, probe=False)
+            others.append({"schedule": name, **{k: res[k] for k in ("agent_tok_s", "agent_s", "tail_s", "decode_calls",
+                                                                   "replayed_exactly", "sync_every", "overlap")}})
+    for o in [r] + others:
+        if not a.skip_single:
+            o["ratio"] = round(o["agent_tok_s"] / r["single_turn_tok_s"], 3)
+            o["ratio_same_lengths"] = round(o["agent_tok_s"] / r["same_lengths_tok_s"], 3)
+    if others:
+        r["schedules"] = others
     r.update(device=torch.cuda.get_device_name() if cuda else "cpu", torch=torch.__version__,
              workers=a.workers, chunks=os.environ.get("R1_CHUNKS", "default"),
              **paths_in_use(cuda), chunk_graphs_env=os.environ.get("R1_CHUNK_GRAPHS", "default"),

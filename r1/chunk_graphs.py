@@ -98,8 +98,10 @@ NAMES = ("ids", "pos", "token_rows", "rows", "cu", "kv_lens")
 
 
 def _fill(g, inputs):
+    """Copy a chunk's host lists into the graph's inputs through pinned memory: a copy from pageable memory
+    may wait for the stream, and the generator queues chunks behind a decode in flight (r1/generate.py)."""
     for name, values in zip(NAMES, inputs):
-        g[name].copy_(torch.tensor(values, dtype=g[name].dtype), non_blocking=True)
+        g[name].copy_(torch.tensor(values, dtype=g[name].dtype).pin_memory(), non_blocking=True)
 
 
 class ChunkGraphs:

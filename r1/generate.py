@@ -18,11 +18,25 @@ Continuous batching. `step()` admits queued requests into free slots,
 decodes the running rows for up to `sync_every` tokens without a host
 sync, then checks stops on the host once. It is `launch()` (admit, queue the
 decode chunk, return at once) then `finish()` (the sync, then the stop checks),
-so a caller can work on the host while the GPU decodes (r1/rollout.py steps
-its environments there). The stops: EOS / end-of-turn ids, stop
-strings matched on decoded text so a stop split across tokens is found,
-max new tokens. Finished rows return at once; their slots take the next
-request on the following `step()`.
+so a caller can work on the host while the GPU decodes. The stops: EOS /
+end-of-turn ids, stop strings matched on decoded text so a stop split across
+tokens is found, max new tokens. Finished rows return at once; their slots
+take the next request on the following `step()`.
+
+Overlap (CUDA by default). An agent loop's host work per chunk (stop
+checks, detokenising, the environments' steps, the next admissions) used to
+leave the GPU idle between chunks, and a turn that ended early in a chunk
+of 16 steps waited for the chunk's end, then for one more chunk while its
+environment stepped: ~24 decode steps per turn, on the critical path of the
+longest episode. With `overlap`, launch() may run while one chunk is still
+in flight: the next chunk is queued behind it (its rows' last tokens stay on
+the device, in `last_tok`; host-to-device inputs go through pinned memory,
+so nothing waits for the stream) and finish(keep=1) collects only the older
+chunk, by its own CUDA event. The GPU always has a chunk queued while the
+host works, so chunks can be short (fewer steps lost per turn). A row whose
+stop was in the older chunk rides along in the newer one: its extra tokens
+are dropped and the keys they wrote, past the row's cached ids, are never
+read (the next prefill of that slot writes them first, in stream order).
 
 Logprob definition. For a sampled token y, we record
 log softmax(logits / T)[y] over the FULL vocabulary at the rollout
@@ -51,6 +65,7 @@ compiled ops (the default on CUDA) and nothing without them.
 import hashlib
 import heapq
 import os
+from collections import deque
 from dataclasses import dataclass, field
 
 import torch
@@ -90,11 +105,24 @@ class _Row:
     slot: int
     prompt: list
     max_new: int
-    tokens: list = field(default_factory=list)
+    tokens: list = field(default_factory=list)  # collected (finish)
     logprobs: list = field(default_factory=list)
-    pos: int = 0  # position of the next token to feed = tokens whose KV is in the cache
+    pos: int = 0  # position of the next token to feed, counting launched chunks not yet collected
+    sampled: int = 0  # tokens sampled, counting launched chunks not yet collected
     checked: int = 0  # tokens already scanned for stops
     seed: int = 0  # keys this row's sampling noise (with the token position)
+    done: bool = False  # collected as finished: its tokens in a chunk still in flight are dropped
+
+
+@dataclass
+class _Launch:
+    """What one launch() queued, for finish() to collect: first tokens of admitted rows, a decode chunk."""
+    admitted: list
+    first: tuple | None  # host tensors (tokens [A], logprobs [A]) of the admitted rows' first tokens
+    rows: list  # rows decoded
+    n: int  # decode steps
+    out: tuple | None  # host tensors (tokens [n, Bp], logprobs [n, Bp])
+    event: object = None  # CUDA event after the copies to the host
 
 
 def _mix(x):
@@ -183,7 +211,7 @@ def sample(logits, s: Sampling, seeds=None, positions=None, use_triton=None):
 class Generator:
     def __init__(self, model: Transformer, slots: int, max_len: int, stop_ids=(), stop_strings=(), decode=None,
                  sampling: Sampling | None = None, sync_every: int | None = None, prefill_tokens: int = 8192,
-                 cuda_graphs: bool = False, fuse: bool | None = None):
+                 cuda_graphs: bool = False, fuse: bool | None = None, overlap: bool | None = None):
         if max_len < 2 or slots < 1 or prefill_tokens < 1:
             raise ValueError(f"generator needs slots >= 1, max_len >= 2 and prefill_tokens >= 1, got slots={slots} "
                              f"max_len={max_len} prefill_tokens={prefill_tokens}")
@@ -210,7 +238,9 @@ class Generator:
         self.cached: dict = {}  # slot -> ids whose KV is in the cache
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
         self.graphs: dict = {}
-        self.pending = None  # (rows, n, device outputs) of a launch() that finish() has not collected
+        self.pending: deque = deque()  # _Launch records that finish() has not collected, oldest first
+        self.overlap = self.device.type == "cuda" if overlap is None else overlap  # launch() with one in flight
+        self.last_tok = torch.zeros(slots + 1, dtype=torch.long, device=self.device)  # each slot's token to feed
         if fuse is None:  # generation-only models on the GPU (R1_FUSE=0: off): +3.4% with compiled ops, 0 without
             fuse = (self.device.type == "cuda" and not any(q.requires_grad for q in model.parameters())
                     and switch("R1_FUSE"))
@@ -261,8 +291,9 @@ class Generator:
         for i, p in enumerate(prompts):
             self.submit(("generate", i), p, max_new_tokens)
         done = {}
-        while self.busy():
-            for c in self.step():
+        while self.busy():  # with overlap, a chunk stays in flight while the host collects the one before
+            launched = self.launch()
+            for c in self.finish(keep=int(launched and self.overlap)):
                 done[c.key[1]] = c
                 self.release(c.key)
         return [done[i] for i in range(len(prompts))]
@@ -274,36 +305,46 @@ class Generator:
         return self.finish()
 
     @torch.no_grad()
-    def launch(self):
+    def launch(self) -> bool:
         """Admit queued requests and queue the decode of up to `sync_every` tokens on the device.
 
-        Returns without waiting for the decode: the host is free until `finish()`
-        (an agent loop steps its environments there while the GPU decodes).
-        Requests submitted in between are admitted by the next launch().
+        Returns without waiting for the GPU (True if it queued any work): the host is free until
+        `finish()`. Requests submitted in between are admitted by the next launch(). With `overlap`,
+        one earlier launch may still be in flight; its rows are decoded on (see the module docstring).
         """
-        if self.pending is not None:
-            raise RuntimeError("launch() twice without finish()")
-        self._admit()
-        if not self.running:
-            return
-        rows = list(self.running.values())
-        # Up to sync_every steps, as many as the neediest row wants: a row past its max_new rides along and
-        # its extra tokens are dropped (_collect), rather than every row syncing at each step near one row's
-        # limit (rows with different max_new made every chunk one step long). The cache bounds every row.
-        n = min(self.sync_every, max(r.max_new - len(r.tokens) for r in rows),
-                min(self.max_len - r.pos for r in rows))
-        self.pending = (rows, n, self._decode_launch(rows, n) if n > 0 else None)
+        if len(self.pending) >= (2 if self.overlap else 1):
+            raise RuntimeError("launch() twice without finish()" if not self.overlap else
+                               "launch() with two chunks in flight: finish() first")
+        admitted, first = self._admit()
+        # Rows that can still sample: not at their max_new nor at the cache's end (counting chunks in
+        # flight). Up to sync_every steps, as many as the neediest row wants: a row past its max_new rides
+        # along and its extra tokens are dropped (_collect), rather than every row syncing at each step near
+        # one row's limit (rows with different max_new made every chunk one step long).
+        rows = [r for r in self.running.values() if r.sampled < r.max_new and r.pos < self.max_len]
+        n = min(self.sync_every, max(r.max_new - r.sampled for r in rows),
+                min(self.max_len - r.pos for r in rows)) if rows else 0
+        out = self._decode_launch(rows, n) if n > 0 else None
+        if out is None and not admitted:
+            return False
+        for r in rows if out is not None else ():
+            r.pos += n
+            r.sampled += n
+        rec = _Launch(admitted, self._to_host(first), rows if out is not None else [], n, self._to_host(out))
+        if self.device.type == "cuda":
+            rec.event = torch.cuda.Event()
+            rec.event.record()
+        self.pending.append(rec)
+        return True
 
     @torch.no_grad()
-    def finish(self) -> list[Completion]:
-        """Wait for the launched decode (the one host sync) and return what finished."""
-        if self.pending is None:
-            return []
-        rows, n, out = self.pending
-        self.pending = None
-        if out is not None:
-            self._decode_finish(rows, n, *out)
-        return self._collect(rows)
+    def finish(self, keep: int = 0) -> list[Completion]:
+        """Collect launched work, oldest first, until `keep` launches stay in flight; return what finished.
+
+        Waits only for the launches it collects (their CUDA events), not for younger ones."""
+        done = []
+        while len(self.pending) > keep:
+            done += self._collect_launch(self.pending.popleft())
+        return done
 
     # -- internals ---------------------------------------------------------
     def _admit(self):
@@ -324,7 +365,7 @@ class Generator:
             starts.append(row)
         self.queue = waiting
         if not starts:
-            return
+            return [], None
         # Prefill the uncached part of each prompt, packed, in chunks of a token budget. New prompts and
         # continuations (rows whose cache holds a prefix) go in separate batches: new prompts alone take
         # the packed training kernel (CacheStep.fresh), continuations the batched cache path.
@@ -350,24 +391,37 @@ class Generator:
                 else:
                     todo[id(r)] = done + take
             if finished:  # one gather, a copy: h may be a graph's output buffer, which the next chunk overwrites
-                picked = h.index_select(0, torch.tensor([e for _, e in finished], device=self.device))
+                picked = h.index_select(0, self._to_device([e for _, e in finished]))
                 for k, (r, _) in enumerate(finished):
                     last_hidden[id(r)] = picked[k]
         logits = self.model.head(torch.stack([last_hidden[id(r)] for r in starts]))  # model dtype: sample upcasts
-        d = self.device
-        tok, lp = sample(logits, self.sampling, torch.tensor([r.seed for r in starts], device=d),
-                         torch.tensor([len(r.prompt) for r in starts], device=d))
-        tok, lp = tok.tolist(), lp.tolist()
-        for r, t, l in zip(starts, tok, lp):
-            r.pos = len(r.prompt)
-            r.tokens, r.logprobs = [t], [l]
+        meta = self._to_device([[r.seed for r in starts], [len(r.prompt) for r in starts], [r.slot for r in starts]])
+        tok, lp = sample(logits, self.sampling, meta[0], meta[1])
+        self.last_tok[meta[2]] = tok  # the first decode step feeds it; the host reads it at finish()
+        for r in starts:
+            r.pos, r.sampled = len(r.prompt), 1
             self.cached[r.slot] = list(r.prompt)
             self.running[r.slot] = r
+        return starts, (tok, lp)
 
     def _row_seed(self, key) -> int:
         """A stable 62-bit seed from the sampling seed and the request key (not Python's salted hash)."""
         digest = hashlib.blake2b(f"{self.sampling.seed}:{key!r}".encode(), digest_size=8).digest()
         return int.from_bytes(digest, "little") >> 2
+
+    def _to_device(self, values, dtype=torch.long):
+        """A host list -> a device tensor, without waiting for the stream: a plain copy to the GPU syncs
+        it (torch waits for the copy), which would wait for a chunk in flight. Pinned memory, non-blocking."""
+        t = torch.tensor(values, dtype=dtype)
+        if self.device.type != "cuda":
+            return t
+        return t.pin_memory().to(self.device, non_blocking=True)
+
+    def _to_host(self, pair):
+        """(tokens, logprobs) on the device -> copies on the host, pinned, non-blocking (read after the event)."""
+        if pair is None or self.device.type != "cuda":
+            return pair
+        return tuple(t.to("cpu", non_blocking=True) for t in pair)
 
     def _forward_chunk(self, batch):
         """batch of (row, start, count): write prompt[start:start+count] into the cache -> hidden [N, H]."""
@@ -384,42 +438,55 @@ class Generator:
         if h is not None:
             return h
         step = CacheStep(
-            rows=torch.tensor(rows, device=d),
-            token_rows=torch.tensor(token_rows, device=d),
-            cu_q=torch.tensor(cu, dtype=torch.int32, device=d),
+            rows=self._to_device(rows),
+            token_rows=self._to_device(token_rows),
+            cu_q=self._to_device(cu, torch.int32),
             max_q=max(t for _, _, t in batch),
-            kv_lens=torch.tensor(kv_lens, dtype=torch.int32, device=d),
+            kv_lens=self._to_device(kv_lens, torch.int32),
             fresh=fresh,
             max_kv=max(kv_lens),
         )
-        return self.model.hidden(torch.tensor(ids, device=d), torch.tensor(pos, device=d), cache=self.cache, step=step)
+        return self.model.hidden(self._to_device(ids), self._to_device(pos), cache=self.cache, step=step)
 
     def _decode_launch(self, rows, n):
-        """Queue n decode steps for every running row -> (tokens [n, Bp], logprobs [n, Bp]) on the device."""
-        d, B = self.device, len(rows)
+        """Queue n decode steps for the rows -> (tokens [n, Bp], logprobs [n, Bp]) on the device.
+
+        Each row's first input is its slot's `last_tok` (a chunk in flight or an admission writes it)."""
+        B = len(rows)
         Bp = next((b for b in BUCKETS if b >= B), B) if self.cuda_graphs else B
         pad = Bp - B
-        slots = torch.tensor([r.slot for r in rows] + [self.scratch] * pad, device=d)
-        pos = torch.tensor([r.pos for r in rows] + [0] * pad, device=d)
-        tok = torch.tensor([r.tokens[-1] for r in rows] + [0] * pad, device=d)
-        seeds = torch.tensor([r.seed for r in rows] + [0] * pad, device=d)
-        out_tok = torch.empty(n, Bp, dtype=torch.long, device=d)
-        out_lp = torch.empty(n, Bp, dtype=torch.float32, device=d)
+        slots, pos, seeds = self._to_device([[r.slot for r in rows] + [self.scratch] * pad,
+                                             [r.pos for r in rows] + [0] * pad, [r.seed for r in rows] + [0] * pad])
+        tok = self.last_tok[slots]
+        out_tok = torch.empty(n, Bp, dtype=torch.long, device=self.device)
+        out_lp = torch.empty(n, Bp, dtype=torch.float32, device=self.device)
         longest = max(r.pos for r in rows) + 1  # keys of the longest row at the first step (host-side)
         for i in range(n):
             logits = self._decode_logits(tok, pos, slots, longest + i)
             tok, lp = sample(logits, self.sampling, seeds, pos + 1)
             out_tok[i], out_lp[i] = tok, lp
             pos = pos + 1
+        self.last_tok[slots] = tok  # pad rows write the scratch slot's entry, which no row feeds
         return out_tok, out_lp
 
-    def _decode_finish(self, rows, n, out_tok, out_lp):
-        B = len(rows)
-        out_tok, out_lp = out_tok[:, :B].T.tolist(), out_lp[:, :B].T.tolist()  # the one sync
-        for r, t, l in zip(rows, out_tok, out_lp):
-            r.tokens += t
-            r.logprobs += l
-            r.pos += n
+    def _collect_launch(self, rec: _Launch) -> list[Completion]:
+        """The host side of one launch: wait for its event (not for younger launches), append its tokens
+        to the rows it sampled for, check stops."""
+        if rec.event is not None:
+            rec.event.synchronize()
+        if rec.first is not None:
+            for r, t, l in zip(rec.admitted, rec.first[0].tolist(), rec.first[1].tolist()):
+                r.tokens, r.logprobs = [t], [l]
+        if rec.out is not None:
+            B = len(rec.rows)
+            out_tok, out_lp = rec.out[0][:, :B].T.tolist(), rec.out[1][:, :B].T.tolist()
+            for r, t, l in zip(rec.rows, out_tok, out_lp):
+                if not r.done:  # a row that finished in an older launch rode along: drop its tokens
+                    r.tokens += t
+                    r.logprobs += l
+        seen = set()
+        rows = [r for r in rec.admitted + rec.rows if not r.done and id(r) not in seen and not seen.add(id(r))]
+        return self._collect(rows)
 
     def _decode_logits(self, tok, pos, slots, max_kv: int = 0):
         B = tok.shape[0]
@@ -467,13 +534,14 @@ class Generator:
                 cut = None
             if cut is None and len(r.tokens) >= r.max_new:
                 cut, finish = r.max_new, "length"
-            if cut is None and r.pos >= self.max_len:
+            if cut is None and len(r.prompt) + len(r.tokens) - 1 >= self.max_len:  # no position left to feed
                 cut, finish = len(r.tokens), "length"
             if cut is None:
                 continue
             tokens, logprobs = r.tokens[:cut], r.logprobs[:cut]
             # KV is valid for the prompt and every response token but the last (never fed).
             self.cached[r.slot] = r.prompt + tokens[:-1]
+            r.done = True
             del self.running[r.slot]
             done.append(Completion(r.key, r.prompt, tokens, logprobs, finish))
         return done

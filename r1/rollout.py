@@ -9,9 +9,13 @@ running batch.
 
 Environment steps run on the loop's thread while the GPU decodes: each
 iteration launches the generator's next decode chunk (Generator.launch, no
-host sync), steps the environments of the turns that ended in the previous
-chunk (tool, detokenise, render, tokenise), then waits for the chunk
-(Generator.finish). The old design, a thread pool, lost to the GIL: the env
+host sync), collects the chunk before it (Generator.finish(keep=1): with the
+generator's `overlap`, the CUDA default, the new chunk stays in flight), then
+steps the environments of the turns that ended there (tool, detokenise,
+render, tokenise) and queues their next prompts, which join the next launch.
+The GPU never waits for the host unless the host's work outlasts a chunk.
+Without overlap (the CPU), finish() waits for the chunk just launched and
+the environments step after it. The old design, a thread pool, lost to the GIL: the env
 threads' Python (chat template, JSON, the calculator) and the loop's own
 Python took turns, and every torch call of the loop released the GIL and
 waited up to a switch interval to get it back (bench/agent_rollout.py on the
@@ -49,24 +53,25 @@ class AgentEnvLoop:
         todo = [(groups[k], i, s) for k, s in enumerate(samples) for i in range(n)]
         todo.reverse()  # pop() from the end keeps sample order
         self.live, self.done, self.version = {}, [], policy_version
-        ended, futures = [], {}
+        futures = {}
         try:
             while todo or self.live:
                 while todo and self.gen.free_slots() > 0 and len(self.live) < self.gen.slots:
                     self._start(*todo.pop(), uid_prefix)
-                self.gen.launch()  # the GPU decodes from here to finish(); the host steps environments meanwhile
-                for c, action in ended:
+                launched = self.gen.launch()  # queued behind the chunk in flight, if any
+                # the older chunk (all of it when nothing new was queued: the loop must not wait on itself)
+                completions = self.gen.finish(keep=int(launched and self.gen.overlap))
+                texts = self._decode_all(completions)
+                for c, text in zip(completions, texts):  # the GPU decodes the newer chunk meanwhile
                     env, _, prompt = self.live[c.key]
+                    action = Action(c.token_ids, text, c.finish)
                     if self.pool is None:
                         self._record(c, _env_step(env, prompt, action))
                     else:
                         futures[self.pool.submit(_env_step, env, prompt, action)] = c
-                completions = self.gen.finish()
-                texts = self._decode_all(completions)
-                ended = [(c, Action(c.token_ids, text, c.finish)) for c, text in zip(completions, texts)]
                 if self.pool is not None:
                     ready = [f for f in futures if f.done()]
-                    if not ready and futures and not ended and not self.gen.busy():
+                    if not ready and futures and not completions and not self.gen.busy():
                         ready = list(wait(futures, return_when=FIRST_COMPLETED).done)
                     for f in ready:
                         self._record(futures.pop(f), f.result())

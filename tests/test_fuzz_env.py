@@ -129,10 +129,13 @@ class ScriptedGenerator:
         self.queue = [q for q in self.queue if q not in done]
         return [self.reply(key, prompt, max_new) for key, prompt, max_new in done]
 
+    overlap = False  # finish() collects everything launch() queued
+
     def launch(self):  # the Generator's split step: launch() queues the work, finish() returns it
         self.pending = self.step()
+        return bool(self.pending)
 
-    def finish(self):
+    def finish(self, keep=0):
         out, self.pending = getattr(self, "pending", []), []
         return out
 

@@ -410,7 +410,87 @@ def test_launch_then_finish_is_step_and_takes_requests_in_between():
             for c in done:
                 out[c.key] = (c.token_ids, c.logprobs)
                 gen.release(c.key)
-        assert gen.finish() == [] and gen.pending is None
+        assert gen.finish() == [] and not gen.pending
         return out
 
     assert play(True) == play(False) and set(play(True)) == {"a", "b"}
+
+
+def play_episodes(gen, starts, turns, obs_len=3, pipelined=False):
+    """An agent loop in miniature: each key plays `turns[k]` turns; after a turn its next prompt is the last
+    prompt + the response + `obs_len` observation ids, submitted at once (a slot's cache is reused). With
+    `pipelined`, the loop keeps one launch in flight (finish(keep=1)), as r1/rollout.py does on the GPU."""
+    left = dict(enumerate(turns))
+    for k, p in enumerate(starts):
+        gen.submit(k, p, 5 + k % 4)
+    got, launches = {}, 0
+    while gen.busy():
+        launched = gen.launch()
+        launches += launched
+        for c in gen.finish(keep=int(launched and pipelined)):
+            got.setdefault(c.key, []).append((c.prompt_ids, c.token_ids, c.logprobs, c.finish))
+            left[c.key] -= 1
+            if left[c.key]:
+                obs = [(7 * c.key + j + len(got[c.key])) % 200 + 3 for j in range(obs_len)]
+                gen.submit(c.key, c.prompt_ids + c.token_ids + obs, 5 + c.key % 4)
+            else:
+                gen.release(c.key)
+    assert not gen.pending and not gen.running
+    return got, launches
+
+
+@pytest.mark.parametrize("slots", [1, 2, 5])
+def test_a_launch_in_flight_changes_no_token(slots):
+    """overlap=True (the CUDA default): launch() queues a chunk behind the one in flight and finish(keep=1)
+    collects only the older one, so rows that stopped there ride along one chunk; their extra tokens are
+    dropped and the keys they wrote are overwritten before any read. Every turn of every episode (sampled,
+    stop ids, continuations that reuse the cache, slots refilled) equals the one-chunk-at-a-time run's."""
+    model = tiny(seed=3)
+    g = torch.Generator().manual_seed(5)
+    starts = [torch.randint(0, 256, (n,), generator=g).tolist() for n in (4, 9, 2, 6, 3)]
+    turns = [3, 1, 4, 2, 2]
+    stop = [int(t) for t in torch.randint(0, 256, (24,), generator=g)]  # frequent stops: uneven turns
+    runs = []
+    for overlap, pipelined in ((False, False), (True, True)):
+        gen = Generator(model, slots, 80, stop_ids=stop, sync_every=3, overlap=overlap,
+                        sampling=Sampling(temperature=1.0, seed=4))
+        runs.append(play_episodes(gen, starts, turns, pipelined=pipelined))
+    (want, _), (got, _) = runs
+    assert sum(len(v) for v in want.values()) == sum(turns)
+    assert "eos" in {f for v in want.values() for *_, f in v}  # some turns stopped mid-chunk
+    assert got.keys() == want.keys()
+    for k in want:
+        assert [(p, t, f) for p, t, _, f in got[k]] == [(p, t, f) for p, t, _, f in want[k]]
+        for (_, _, a, _), (_, _, b, _) in zip(got[k], want[k]):
+            assert a == pytest.approx(b, abs=1e-5)
+
+
+def test_overlap_allows_one_launch_in_flight_and_no_more():
+    gen = Generator(tiny(), 2, 32, overlap=True, sampling=Sampling(temperature=0))
+    gen.submit("a", [1, 2, 3], 40)
+    assert gen.launch() and gen.launch()
+    with pytest.raises(RuntimeError, match="two chunks in flight"):
+        gen.launch()
+    assert gen.finish(keep=1) == [] and len(gen.pending) == 1
+    out = run_until_done(gen)
+    assert [c.key for c in out] == ["a"] and out[0].finish == "length" and len(out[0].token_ids) == 29
+    assert not gen.launch()  # nothing to admit or decode: nothing queued
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_a_launch_in_flight_changes_no_token(dtype):
+    """The overlapped schedule on the GPU path (CUDA graphs for decode; for bf16 also chunk graphs, pinned
+    copies, CUDA events): the same turns as one launch at a time."""
+    torch.manual_seed(3)
+    model = Transformer(tiny_config(vocab_size=256)).cuda().to(dtype).eval()
+    g = torch.Generator().manual_seed(5)
+    starts = [torch.randint(0, 256, (n,), generator=g).tolist() for n in (4, 9, 2, 6, 3)]
+    stop = [int(t) for t in torch.randint(0, 256, (24,), generator=g)]
+    runs = []
+    for overlap in (False, True):
+        gen = Generator(model, 3, 80, stop_ids=stop, sync_every=3, overlap=overlap, cuda_graphs=True,
+                        sampling=Sampling(temperature=1.0, seed=4))
+        runs.append(play_episodes(gen, starts, [3, 1, 4, 2, 2], pipelined=overlap)[0])
+    assert sum(len(v) for v in runs[0].values()) == 12
+    assert {k: [t for _, t, _, _ in v] for k, v in runs[1].items()} == {k: [t for _, t, _, _ in v] for k, v in runs[0].items()}
