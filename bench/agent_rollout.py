@@ -50,6 +50,7 @@ GSM8K folder or file (default: the copy in data/gsm8k).
 import argparse
 import contextlib
 import datetime
+import gc
 import json
 import os
 import statistics
@@ -300,7 +301,7 @@ def tail_seconds(log, end, slots):
 
 
 def agent(model, tok, episodes, slots, cache_len, sync, temperature, profile=False, gap=False, workers=None,
-          sync_every=None, overlap=None, probe=True):
+          sync_every=None, overlap=None, schedules=()):
     cuda = next(model.parameters()).is_cuda
     gen = Generator(model, slots, cache_len, stop_ids=tok.stop_ids, cuda_graphs=cuda, sync_every=sync_every,
                     overlap=overlap)
@@ -325,12 +326,11 @@ def agent(model, tok, episodes, slots, cache_len, sync, temperature, profile=Fal
             res["chunk_graphs_captured"] = len(gen.chunk_graphs.graphs)
         res["tail_s"] = round(tail_seconds(log, t + dt, slots), 3)
         res["decode_calls"] = len(log)
-        if probe:
-            with Probe(gen, loop, sync) as timer:
-                t = time.perf_counter()
-                loop.run(samples, 1, uid_prefix="probe-")
-                sync()
-                res["breakdown"] = timer.breakdown(time.perf_counter() - t)
+        with Probe(gen, loop, sync) as timer:
+            t = time.perf_counter()
+            loop.run(samples, 1, uid_prefix="probe-")
+            sync()
+            res["breakdown"] = timer.breakdown(time.perf_counter() - t)
         if gap:
             opts["forced_logprobs"] = True
             scored = loop.run(samples, 1, uid_prefix="probe-")
@@ -348,12 +348,35 @@ def agent(model, tok, episodes, slots, cache_len, sync, temperature, profile=Fal
             text = io.StringIO()
             pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(30)
             res["profile"] = text.getvalue()
+        others = []
+        for every, overlap in schedules:  # the same generator (its graphs), a warm-up run under each schedule
+            gen.sync_every, gen.overlap = every, overlap
+            loop.run(samples, 1, uid_prefix="warm-")  # chunk shapes this schedule meets: captured here
+            sync()
+            log, patched = occupancy(gen)
+            t = time.perf_counter()
+            got = loop.run(samples, 1)
+            sync()
+            took = time.perf_counter() - t
+            delattr(gen, patched)
+            others.append({"schedule": f"{every}{'' if overlap else '-sync'}", "agent_s": round(took, 3),
+                           "agent_tok_s": round(sum(len(s.response_ids) for tr in got for s in tr.steps) / took),
+                           "tail_s": round(tail_seconds(log, t + took, slots), 3), "decode_calls": len(log),
+                           "replayed_exactly": f"{exact_count(got, episodes)}/{E}"})
     n = sum(len(s.response_ids) for tr in trajs for s in tr.steps)
-    exact = sum([s.response_ids for s in tr.steps] == e["responses"] for tr, e in zip(trajs, episodes))
     out = {"agent_tok_s": round(n / dt), "agent_s": round(dt, 3), "response_tokens": n,
-           "replayed_exactly": f"{exact}/{E}", "sync_every": gen.sync_every, "overlap": gen.overlap, **res}
+           "replayed_exactly": f"{exact_count(trajs, episodes)}/{E}", "sync_every": sync_every or gen.sync_every,
+           "overlap": gen.overlap if overlap is None else overlap, **res, **({"schedules": others} if others else {})}
     del gen, loop
+    gc.collect()  # the generator's KV cache and graph pools (a reference cycle with its chunk graphs)
+    if cuda:
+        torch.cuda.empty_cache()
     return out
+
+
+def exact_count(trajs, episodes):
+    """Episodes whose every step came out as forced."""
+    return sum([s.response_ids for s in tr.steps] == e["responses"] for tr, e in zip(trajs, episodes))
 
 
 def single_turn(model, episodes, slots, cache_len, new, sync, temperature):
@@ -385,6 +408,9 @@ def single_turn(model, episodes, slots, cache_len, new, sync, temperature):
         sync()
         dt2 = time.perf_counter() - t
     del gen
+    gc.collect()
+    if cuda:
+        torch.cuda.empty_cache()
     return {"single_turn_tok_s": round(n / dt), "single_turn_s": round(dt, 3), "single_turn_new": new,
             "same_lengths_tok_s": round(got / dt2), "same_lengths_s": round(dt2, 3)}
 
@@ -412,6 +438,12 @@ def main(argv=None):
     p.add_argument("--save", nargs="?", const="bench/results/agent_rollout_h200.json", default=None,
                    help="append the result to a JSON list (default bench/results/agent_rollout_h200.json)")
     a = p.parse_args(argv)
+    schedules = []
+    for name in (a.schedules.split(",") if a.schedules else []):
+        every, _, mode = name.partition("-")
+        if not every.isdigit() or int(every) < 1 or mode not in ("", "sync"):
+            p.error(f"--schedules: {name!r} is not N or N-sync")
+        schedules.append((int(every), not mode))
     cuda = torch.cuda.is_available()
     tok = load_tokenizer(a.tokenizer)
     data = a.data or str(ROOT / "data" / "gsm8k")
@@ -444,22 +476,11 @@ def main(argv=None):
         if not a.skip_single:
             r.update(single_turn(model, episodes, a.slots, a.cache_len, round(mean_resp), sync, temperature))
         r.update(agent(model, tok, episodes, a.slots, a.cache_len, sync, temperature, a.profile, a.gap, a.workers,
-                       a.sync_every, False if a.no_overlap else None))
-        others = []
-        for name in (a.schedules.split(",") if a.schedules else []):
-            every, _, mode = name.partition("-")
-            if mode not in ("", "sync"):
-                p.error(f"--schedules: {name!r} is not N or N-sync")
-            res = agent(model, tok, episodes, a.slots, a.cache_len, sync, temperature, workers=a.workers,
-                        sync_every=int(every), overlap=False if mode else None, probe=False)
-            others.append({"schedule": name, **{k: res[k] for k in ("agent_tok_s", "agent_s", "tail_s", "decode_calls",
-                                                                   "replayed_exactly", "sync_every", "overlap")}})
-    for o in [r] + others:
+                       a.sync_every, False if a.no_overlap else None, schedules))
+    for o in [r] + r.get("schedules", []):
         if not a.skip_single:
             o["ratio"] = round(o["agent_tok_s"] / r["single_turn_tok_s"], 3)
             o["ratio_same_lengths"] = round(o["agent_tok_s"] / r["same_lengths_tok_s"], 3)
-    if others:
-        r["schedules"] = others
     r.update(device=torch.cuda.get_device_name() if cuda else "cpu", torch=torch.__version__,
              workers=a.workers, chunks=os.environ.get("R1_CHUNKS", "default"),
              **paths_in_use(cuda), chunk_graphs_env=os.environ.get("R1_CHUNK_GRAPHS", "default"),

@@ -59,8 +59,12 @@ class AgentEnvLoop:
                 while todo and self.gen.free_slots() > 0 and len(self.live) < self.gen.slots:
                     self._start(*todo.pop(), uid_prefix)
                 launched = self.gen.launch()  # queued behind the chunk in flight, if any
-                # the older chunk (all of it when nothing new was queued: the loop must not wait on itself)
-                completions = self.gen.finish(keep=int(launched and self.gen.overlap))
+                # the older chunk (all of it when nothing new was queued: the loop must not wait on itself);
+                # a generator without `overlap` (a scripted one in a test) is collected whole, as before
+                if launched and getattr(self.gen, "overlap", False):
+                    completions = self.gen.finish(keep=1)
+                else:
+                    completions = self.gen.finish()
                 texts = self._decode_all(completions)
                 for c, text in zip(completions, texts):  # the GPU decodes the newer chunk meanwhile
                     env, _, prompt = self.live[c.key]
