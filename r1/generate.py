@@ -37,6 +37,7 @@ host works, so chunks can be short (fewer steps lost per turn). A row whose
 stop was in the older chunk rides along in the newer one: its extra tokens
 are dropped and the keys they wrote, past the row's cached ids, are never
 read (the next prefill of that slot writes them first, in stream order).
+R1_OVERLAP=0 turns it off (for comparisons).
 
 Logprob definition. For a sampled token y, we record
 log softmax(logits / T)[y] over the FULL vocabulary at the rollout
@@ -239,7 +240,9 @@ class Generator:
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
         self.graphs: dict = {}
         self.pending: deque = deque()  # _Launch records that finish() has not collected, oldest first
-        self.overlap = self.device.type == "cuda" if overlap is None else overlap  # launch() with one in flight
+        if overlap is None:  # launch() with one launch in flight: CUDA (R1_OVERLAP=0 off)
+            overlap = self.device.type == "cuda" and switch("R1_OVERLAP")
+        self.overlap = overlap
         self.last_tok = torch.zeros(slots + 1, dtype=torch.long, device=self.device)  # each slot's token to feed
         if fuse is None:  # generation-only models on the GPU (R1_FUSE=0: off): +3.4% with compiled ops, 0 without
             fuse = (self.device.type == "cuda" and not any(q.requires_grad for q in model.parameters())
