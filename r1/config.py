@@ -152,6 +152,9 @@ class Rollout:
     (r1/memory.py), at most what an iteration runs at once (prompts x n per rank) and 512."""
     cache_len: int = 0
     """KV cache positions per slot (0 = env.max_context)."""
+    sync_every: int = 0
+    """Decode steps per chunk, between two collections on the host (stop checks, environment steps); 0 or auto =
+    4 on CUDA, where the next chunk is queued while the host works (r1/generate.py overlap), 1 on the CPU."""
 
 
 @dataclass
@@ -310,7 +313,7 @@ CHOICES = {
     "train.activation_checkpointing": ["auto", "true", "false"],
 }
 # Integer keys where `auto` is accepted and stored as 0 (the memory plan then picks the value).
-AUTO_ZERO = ("rollout.slots", "train.micro_tokens")
+AUTO_ZERO = ("rollout.slots", "train.micro_tokens", "rollout.sync_every")
 
 # Inclusive (low, high) bounds, None = open. Strict bounds and rules over two keys are in validate().
 BOUNDS = {
@@ -319,7 +322,7 @@ BOUNDS = {
     "env.max_steps": (1, None), "env.max_context": (1, None), "env.malformed_penalty": (None, 0.0),
     "rollout.prompts": (1, None), "rollout.n": (1, None), "rollout.max_new_tokens": (1, None),
     "rollout.temperature": (0.0, None), "rollout.top_k": (0, None),
-    "rollout.slots": (0, None), "rollout.cache_len": (0, None),
+    "rollout.slots": (0, None), "rollout.cache_len": (0, None), "rollout.sync_every": (0, 4096),
     "algo.gamma": (0.0, 1.0), "algo.lam": (0.0, 1.0), "algo.adv_clip": (0.0, None), "algo.clip_low": (0.0, 1.0),
     "algo.clip_high": (0.0, None), "algo.dual_clip": (0.0, None), "algo.tis_cap": (0.0, None),
     "algo.value_clip": (0.0, None), "algo.vf_coef": (0.0, None), "algo.kl_coef": (0.0, None),

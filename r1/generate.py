@@ -228,7 +228,6 @@ class Generator:
         self.stop_strings = list(stop_strings)
         self.decode = decode
         self.sampling = sampling or Sampling()
-        self.sync_every = sync_every or (16 if self.device.type == "cuda" else 1)
         self.prefill_tokens = prefill_tokens
         self.queue: list = []  # (key, prompt, max_new)
         self.queued: set = set()  # keys in the queue
@@ -243,6 +242,10 @@ class Generator:
         if overlap is None:  # launch() with one launch in flight: CUDA (R1_OVERLAP=0 off)
             overlap = self.device.type == "cuda" and switch("R1_OVERLAP")
         self.overlap = overlap
+        # Steps per chunk. CUDA with overlap: 4, measured against 2, 8 and 16 (bench/agent_rollout.py
+        # --schedules, docs/LOG.md): a chunk in flight hides the sync, and a turn that ends mid-chunk waits
+        # fewer steps. CUDA without: 16 (each sync idles the GPU). CPU: 1 (no GPU to keep busy).
+        self.sync_every = sync_every or ((4 if overlap else 16) if self.device.type == "cuda" else 1)
         self.last_tok = torch.zeros(slots + 1, dtype=torch.long, device=self.device)  # each slot's token to feed
         if fuse is None:  # generation-only models on the GPU (R1_FUSE=0: off): +3.4% with compiled ops, 0 without
             fuse = (self.device.type == "cuda" and not any(q.requires_grad for q in model.parameters())

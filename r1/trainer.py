@@ -271,7 +271,7 @@ class Trainer:
         create_run_dir(cfg, self.d)
         cache_len = cfg.rollout.cache_len or cfg.env.max_context
         self.gen = Generator(self.rollout_model, self.plan.slots, cache_len, stop_ids=self.tok.stop_ids,
-                             cuda_graphs=self.device.type == "cuda")
+                             cuda_graphs=self.device.type == "cuda", sync_every=cfg.rollout.sync_every or None)
         self.loop = AgentEnvLoop(self.gen, self.tok, make_env(cfg, self.tok), cfg.rollout.max_new_tokens)
         self.start = 0
         if cfg.run.resume and checkpoint.complete(cfg.run.dir):
