@@ -303,10 +303,11 @@ def tail_seconds(log, end, slots):
 def agent(model, tok, episodes, slots, cache_len, sync, temperature, profile=False, gap=False, workers=None,
           sync_every=None, overlap=None, schedules=()):
     cuda = next(model.parameters()).is_cuda
-    gen = Generator(model, slots, cache_len, stop_ids=tok.stop_ids, cuda_graphs=cuda, sync_every=sync_every,
-                    overlap=overlap)
+    gen = Generator(model, slots, cache_len, stop_ids=tok.stop_ids, cuda_graphs=cuda, overlap=overlap)
     gen.set_sampling(Sampling(temperature=temperature, seed=0))
-    loop = AgentEnvLoop(gen, tok, make_env_factory(tok), MAX_NEW, **({} if workers is None else {"workers": workers}))
+    loop = AgentEnvLoop(gen, tok, make_env_factory(tok), MAX_NEW, sync_every=sync_every,
+                        **({} if workers is None else {"workers": workers}))
+    schedule = {"sync_every": loop.sync_every or gen.sync_every, "overlap": gen.overlap}  # of the main runs
     samples = [e["sample"] for e in episodes]
     E = len(episodes)
     uids = [f"{p}{k}-0" for p in ("warm-", "", "probe-") for k in range(E)]
@@ -350,7 +351,7 @@ def agent(model, tok, episodes, slots, cache_len, sync, temperature, profile=Fal
             res["profile"] = text.getvalue()
         others = []
         for every, overlap in schedules:  # the same generator (its graphs), a warm-up run under each schedule
-            gen.sync_every, gen.overlap = every, overlap
+            loop.sync_every, gen.overlap = every, overlap
             loop.run(samples, 1, uid_prefix="warm-")  # chunk shapes this schedule meets: captured here
             sync()
             log, patched = occupancy(gen)
@@ -365,8 +366,7 @@ def agent(model, tok, episodes, slots, cache_len, sync, temperature, profile=Fal
                            "replayed_exactly": f"{exact_count(got, episodes)}/{E}"})
     n = sum(len(s.response_ids) for tr in trajs for s in tr.steps)
     out = {"agent_tok_s": round(n / dt), "agent_s": round(dt, 3), "response_tokens": n,
-           "replayed_exactly": f"{exact_count(trajs, episodes)}/{E}", "sync_every": sync_every or gen.sync_every,
-           "overlap": gen.overlap if overlap is None else overlap, **res, **({"schedules": others} if others else {})}
+           "replayed_exactly": f"{exact_count(trajs, episodes)}/{E}", **schedule, **res, **({"schedules": others} if others else {})}
     del gen, loop
     gc.collect()  # the generator's KV cache and graph pools (a reference cycle with its chunk graphs)
     if cuda:

@@ -153,8 +153,9 @@ class Rollout:
     cache_len: int = 0
     """KV cache positions per slot (0 = env.max_context)."""
     sync_every: int = 0
-    """Decode steps per chunk, between two collections on the host (stop checks, environment steps); 0 or auto =
-    4 on CUDA, where the next chunk is queued while the host works (r1/generate.py overlap), 1 on the CPU."""
+    """Decode steps per chunk of the agent loop, between two collections on the host (stop checks, environment
+    steps); 0 or auto = 4 on CUDA, where the next chunk is queued while the host works (r1/generate.py overlap),
+    1 on the CPU."""
 
 
 @dataclass

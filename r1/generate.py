@@ -242,10 +242,8 @@ class Generator:
         if overlap is None:  # launch() with one launch in flight: CUDA (R1_OVERLAP=0 off)
             overlap = self.device.type == "cuda" and switch("R1_OVERLAP")
         self.overlap = overlap
-        # Steps per chunk. CUDA with overlap: 4, measured against 2, 8 and 16 (bench/agent_rollout.py
-        # --schedules, docs/LOG.md): a chunk in flight hides the sync, and a turn that ends mid-chunk waits
-        # fewer steps. CUDA without: 16 (each sync idles the GPU). CPU: 1 (no GPU to keep busy).
-        self.sync_every = sync_every or ((4 if overlap else 16) if self.device.type == "cuda" else 1)
+        # Steps per chunk (launch(steps) overrides it: the agent loop takes shorter chunks, r1/rollout.py).
+        self.sync_every = sync_every or (16 if self.device.type == "cuda" else 1)
         self.last_tok = torch.zeros(slots + 1, dtype=torch.long, device=self.device)  # each slot's token to feed
         if fuse is None:  # generation-only models on the GPU (R1_FUSE=0: off): +3.4% with compiled ops, 0 without
             fuse = (self.device.type == "cuda" and not any(q.requires_grad for q in model.parameters())
@@ -311,8 +309,8 @@ class Generator:
         return self.finish()
 
     @torch.no_grad()
-    def launch(self) -> bool:
-        """Admit queued requests and queue the decode of up to `sync_every` tokens on the device.
+    def launch(self, steps: int | None = None) -> bool:
+        """Admit queued requests and queue the decode of up to `steps` (default `sync_every`) tokens.
 
         Returns without waiting for the GPU (True if it queued any work): the host is free until
         `finish()`. Requests submitted in between are admitted by the next launch(). With `overlap`,
@@ -327,7 +325,7 @@ class Generator:
         # along and its extra tokens are dropped (_collect), rather than every row syncing at each step near
         # one row's limit (rows with different max_new made every chunk one step long).
         rows = [r for r in self.running.values() if r.sampled < r.max_new and r.pos < self.max_len]
-        n = min(self.sync_every, max(r.max_new - r.sampled for r in rows),
+        n = min(steps or self.sync_every, max(r.max_new - r.sampled for r in rows),
                 min(self.max_len - r.pos for r in rows)) if rows else 0
         out = self._decode_launch(rows, n) if n > 0 else None
         if out is None and not admitted:

@@ -15,7 +15,13 @@ steps the environments of the turns that ended there (tool, detokenise,
 render, tokenise) and queues their next prompts, which join the next launch.
 The GPU never waits for the host unless the host's work outlasts a chunk.
 Without overlap (the CPU), finish() waits for the chunk just launched and
-the environments step after it. The old design, a thread pool, lost to the GIL: the env
+the environments step after it. Chunks are short in the loop (`sync_every`,
+default 4 steps with overlap, the generator's own otherwise): a turn that
+ends mid-chunk waits for the chunk's end and one more chunk before its
+observation is prefilled, so shorter chunks shorten the longest episode's
+path; measured against 2, 8 and 16 (bench/agent_rollout.py --schedules,
+docs/LOG.md). The single-turn engine (Generator.generate) keeps 16: no turn
+waits there, and shorter chunks only add host work. The old design, a thread pool, lost to the GIL: the env
 threads' Python (chat template, JSON, the calculator) and the loop's own
 Python took turns, and every torch call of the loop released the GIL and
 waited up to a switch interval to get it back (bench/agent_rollout.py on the
@@ -40,9 +46,12 @@ _chat_decode = ChatTokenizer.decode
 
 
 class AgentEnvLoop:
-    def __init__(self, generator, tokenizer, make_env, max_new_tokens: int, workers: int = 0):
+    def __init__(self, generator, tokenizer, make_env, max_new_tokens: int, workers: int = 0,
+                 sync_every: int | None = None):
         self.gen, self.tok, self.make_env = generator, tokenizer, make_env
         self.max_new_tokens = max_new_tokens
+        # decode steps per launch; None = the generator's own (its sync_every)
+        self.sync_every = sync_every or (4 if getattr(generator, "overlap", False) else None)
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="env") if workers > 0 else None
 
     def run(self, samples: list, n: int = 1, policy_version: int = 0, uid_prefix: str = "", groups=None) -> list:
@@ -58,7 +67,7 @@ class AgentEnvLoop:
             while todo or self.live:
                 while todo and self.gen.free_slots() > 0 and len(self.live) < self.gen.slots:
                     self._start(*todo.pop(), uid_prefix)
-                launched = self.gen.launch()  # queued behind the chunk in flight, if any
+                launched = self.gen.launch(self.sync_every) if self.sync_every else self.gen.launch()
                 # the older chunk (all of it when nothing new was queued: the loop must not wait on itself);
                 # a generator without `overlap` (a scripted one in a test) is collected whole, as before
                 if launched and getattr(self.gen, "overlap", False):

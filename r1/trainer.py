@@ -271,8 +271,9 @@ class Trainer:
         create_run_dir(cfg, self.d)
         cache_len = cfg.rollout.cache_len or cfg.env.max_context
         self.gen = Generator(self.rollout_model, self.plan.slots, cache_len, stop_ids=self.tok.stop_ids,
-                             cuda_graphs=self.device.type == "cuda", sync_every=cfg.rollout.sync_every or None)
-        self.loop = AgentEnvLoop(self.gen, self.tok, make_env(cfg, self.tok), cfg.rollout.max_new_tokens)
+                             cuda_graphs=self.device.type == "cuda")
+        self.loop = AgentEnvLoop(self.gen, self.tok, make_env(cfg, self.tok), cfg.rollout.max_new_tokens,
+                                 sync_every=cfg.rollout.sync_every or None)
         self.start = 0
         if cfg.run.resume and checkpoint.complete(cfg.run.dir):
             path, extra = checkpoint.resume(cfg.run.dir, self.models, self.optims, self.scheds, self.d)
@@ -359,9 +360,12 @@ class Trainer:
         """Steps 1-5 of the module docstring for iteration `it`; returns its metrics."""
         cfg, algo = self.cfg, self.cfg.algo
         t0 = time.time()
+        graphs = self.gen.chunk_graphs
+        eager = graphs.calls["eager"] if graphs else 0
         with phase("r1.rollout"):
             played = self.rollout(it)
         t_roll = time.time() - t0
+        eager = graphs.calls["eager"] - eager if graphs else 0  # prefill chunks outside CUDA graphs: 0 expected
         trajs = self.trained_trajectories(played)
         t1 = time.time()
         with phase("r1.score"):
@@ -387,6 +391,7 @@ class Trainer:
         metrics.update(
             time_rollout=t_roll, time_score=t_score, time_train=t_train, lr=self.sched.get_last_lr()[0],
             rollout_tok_s=float(distributed.all_sum(n_roll, self.d)) / max(t_roll, 1e-9),
+            **({"rollout_eager_chunks": eager} if graphs else {}),
             train_tok_s=float(distributed.all_sum(n_train, self.d)) * algo.ppo_epochs / max(t_train, 1e-9),
         )
         if self.device.type == "cuda":

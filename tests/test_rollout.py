@@ -79,10 +79,10 @@ def samples(turns):
 
 def run_loop(tok, model, data, slots, n=1, temperature=0.0, policy="append", max_context=256, env_cls=TurnsEnv,
              workers=0, overlap=False, sync_every=None):
-    gen = Recording(model, slots, max_context, stop_ids=tok.stop_ids, overlap=overlap, sync_every=sync_every)
+    gen = Recording(model, slots, max_context, stop_ids=tok.stop_ids, overlap=overlap)
     gen.set_sampling(Sampling(temperature=temperature, seed=1))
     loop = AgentEnvLoop(gen, tok, lambda: env_cls(tok, max_context=max_context, max_new_tokens=MAX_NEW,
-                                                  policy=policy), MAX_NEW, workers=workers)
+                                                  policy=policy), MAX_NEW, workers=workers, sync_every=sync_every)
     return loop.run(data, n=n), gen
 
 
@@ -193,3 +193,21 @@ def test_rewriting_policies_keep_the_first_prompt_and_finish(tok, model, policy)
         # The sampled ids are recorded even when the generator had to re-prefill a rewritten context.
         assert [s.response_ids for s in t.steps] == [ids for _, ids, _ in gen.returned[t.uid]]
     assert not trajs[0].is_append_only()  # 12 turns cannot fit 88 tokens without rewriting
+
+
+def test_the_loop_takes_short_chunks_where_a_chunk_stays_in_flight(tok, model):
+    """With overlap the loop launches 4-step chunks (or rollout.sync_every); without, the generator's own."""
+    launches = []
+
+    class Counting(Recording):
+        def launch(self, steps=None):
+            launches.append(steps)
+            return super().launch(steps)
+
+    for overlap, every, want in ((True, None, 4), (True, 3, 3), (False, None, None)):
+        gen = Counting(model, 2, 256, stop_ids=tok.stop_ids, overlap=overlap)
+        loop = AgentEnvLoop(gen, tok, lambda: TurnsEnv(tok, max_context=256, max_new_tokens=MAX_NEW), MAX_NEW,
+                            sync_every=every)
+        launches.clear()
+        loop.run(samples([2, 1]), n=1)
+        assert launches and set(launches) == {want}
