@@ -287,9 +287,9 @@ def occupancy(gen):
     name = "launch" if hasattr(gen, "launch") else "step"
     log, step = [], getattr(gen, name)
 
-    def logged():
+    def logged(*args, **kwargs):
         log.append((time.perf_counter(), len(gen.running) + len(gen.queue)))
-        return step()
+        return step(*args, **kwargs)
     setattr(gen, name, logged)
     return log, name
 
