@@ -431,7 +431,8 @@ def main(argv=None):
     p.add_argument("--sync-every", type=int, default=None,
                    help="decode steps per chunk in the agent loop (default: the generator's)")
     p.add_argument("--no-overlap", action="store_true",
-                   help="the agent loop waits for each chunk before launching the next (the old schedule)")
+                   help="no chunk in flight (R1_OVERLAP=0's schedule: 16-step chunks, environments stepped while "
+                        "the next chunk decodes)")
     p.add_argument("--schedules", default=None,
                    help="more agent runs in the same process, e.g. 16-sync,16,8,4: steps per chunk, '-sync' "
                         "without overlap; each is timed (not instrumented) and listed under 'schedules'")

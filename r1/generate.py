@@ -36,8 +36,12 @@ chunk, by its own CUDA event. The GPU always has a chunk queued while the
 host works, so chunks can be short (fewer steps lost per turn). A row whose
 stop was in the older chunk rides along in the newer one: its extra tokens
 are dropped and the keys they wrote, past the row's cached ids, are never
-read (the next prefill of that slot writes them first, in stream order).
-R1_OVERLAP=0 turns it off (for comparisons).
+read (every key past a row's cached ids is written, in stream order, before a
+query reads it: by the next prefill of the slot or by the decode step at that
+position). R1_OVERLAP=0 turns it off (for comparisons). Fallback paths that
+need a host value (first prompts in fp32 read cu_seqlens, the per-row chunk
+loop, very long continuation chunks, a graph's first capture) sync the stream
+inside a launch: the tokens stay right, the overlap is lost for that launch.
 
 Logprob definition. For a sampled token y, we record
 log softmax(logits / T)[y] over the FULL vocabulary at the rollout
@@ -280,6 +284,19 @@ class Generator:
         if slot is not None:
             self.cached.pop(slot, None)
             heapq.heappush(self.free, slot)
+
+    def abort(self):
+        """Drop every request: wait for the launches in flight, then free every slot (an episode's environment
+        raised, and the caller will start over). The cache keeps no prefix: the next request prefills whole."""
+        for rec in self.pending:
+            if rec.event is not None:
+                rec.event.synchronize()
+        self.pending.clear()
+        self.queue, self.queued, self.waiting_new = [], set(), 0
+        self.running.clear()
+        self.owner.clear()
+        self.cached.clear()
+        self.free = list(range(self.slots))
 
     def busy(self) -> bool:
         return bool(self.queue or self.running or self.pending)

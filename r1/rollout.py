@@ -14,8 +14,9 @@ generator's `overlap`, the CUDA default, the new chunk stays in flight), then
 steps the environments of the turns that ended there (tool, detokenise,
 render, tokenise) and queues their next prompts, which join the next launch.
 The GPU never waits for the host unless the host's work outlasts a chunk.
-Without overlap (the CPU), finish() waits for the chunk just launched and
-the environments step after it. Chunks are short in the loop (`sync_every`,
+Without overlap (the CPU, R1_OVERLAP=0), the environments of the turns that
+ended in the previous chunk step between launch() and finish(), while the
+chunk just launched decodes; finish() then waits for it. Chunks are short in the loop (`sync_every`,
 default 4 steps with overlap, the generator's own otherwise): a turn that
 ends mid-chunk waits for the chunk's end and one more chunk before its
 observation is prefilled, so shorter chunks shorten the longest episode's
@@ -62,33 +63,34 @@ class AgentEnvLoop:
         todo = [(groups[k], i, s) for k, s in enumerate(samples) for i in range(n)]
         todo.reverse()  # pop() from the end keeps sample order
         self.live, self.done, self.version = {}, [], policy_version
-        futures = {}
+        futures, ended = {}, []
+        overlap = getattr(self.gen, "overlap", False)  # a scripted generator in a test has none
         try:
             while todo or self.live:
                 while todo and self.gen.free_slots() > 0 and len(self.live) < self.gen.slots:
                     self._start(*todo.pop(), uid_prefix)
+                if todo and not self.live and not futures and self.gen.free_slots() <= 0:
+                    raise RuntimeError(f"{len(todo)} episodes wait for a generator slot, but every slot is held by a "
+                                       "key no live episode owns: release() them, or abort() the generator")
                 launched = self.gen.launch(self.sync_every) if self.sync_every else self.gen.launch()
-                # the older chunk (all of it when nothing new was queued: the loop must not wait on itself);
-                # a generator without `overlap` (a scripted one in a test) is collected whole, as before
-                if launched and getattr(self.gen, "overlap", False):
-                    completions = self.gen.finish(keep=1)
-                else:
-                    completions = self.gen.finish()
-                texts = self._decode_all(completions)
-                for c, text in zip(completions, texts):  # the GPU decodes the newer chunk meanwhile
-                    env, _, prompt = self.live[c.key]
-                    action = Action(c.token_ids, text, c.finish)
-                    if self.pool is None:
-                        self._record(c, _env_step(env, prompt, action))
-                    else:
-                        futures[self.pool.submit(_env_step, env, prompt, action)] = c
+                if overlap:  # collect the older chunk (all, if nothing new was queued), step its turns now
+                    ended = self._actions(self.gen.finish(keep=1 if launched else 0))
+                    self._step(ended, futures)
+                else:  # step the last chunk's turns while this one decodes, then wait for it
+                    self._step(ended, futures)
+                    ended = self._actions(self.gen.finish())
                 if self.pool is not None:
                     ready = [f for f in futures if f.done()]
-                    if not ready and futures and not completions and not self.gen.busy():
+                    if not ready and futures and not ended and not self.gen.busy():
                         ready = list(wait(futures, return_when=FIRST_COMPLETED).done)
                     for f in ready:
                         self._record(futures.pop(f), f.result())
-        finally:  # an environment that raised: leave no decode chunk in flight
+        except BaseException:  # an environment that raised: leave no chunk in flight and no slot held
+            abort = getattr(self.gen, "abort", None)
+            if abort is not None:
+                abort()
+            raise
+        finally:
             self.gen.finish()
         self.done.sort(key=lambda t: (t.group, int(t.uid.rsplit("-", 1)[1])))
         return self.done
@@ -106,6 +108,19 @@ class AgentEnvLoop:
             return
         self.live[uid] = [env, traj, prompt]
         self.gen.submit(uid, prompt, self.max_new_tokens)
+
+    def _actions(self, completions):
+        """(completion, Action) pairs: the response text is decoded here, for the environments' parsers."""
+        return [(c, Action(c.token_ids, text, c.finish)) for c, text in zip(completions, self._decode_all(completions))]
+
+    def _step(self, ended, futures):
+        """Step the environments of these turns on the loop's thread, or hand them to the pool."""
+        for c, action in ended:
+            env, _, prompt = self.live[c.key]
+            if self.pool is None:
+                self._record(c, _env_step(env, prompt, action))
+            else:
+                futures[self.pool.submit(_env_step, env, prompt, action)] = c
 
     def _decode_all(self, completions):
         """Response texts, for the environments' parsers only (never re-encoded)."""

@@ -365,7 +365,8 @@ class Trainer:
         with phase("r1.rollout"):
             played = self.rollout(it)
         t_roll = time.time() - t0
-        eager = graphs.calls["eager"] - eager if graphs else 0  # prefill chunks outside CUDA graphs: 0 expected
+        eager = graphs.calls["eager"] - eager if graphs else 0  # prefill chunks outside CUDA graphs (0 expected
+        # where chunk graphs are usable: bf16/fp16 with torch's flash kernels; otherwise every chunk)
         trajs = self.trained_trajectories(played)
         t1 = time.time()
         with phase("r1.score"):

@@ -1,4 +1,6 @@
 """The KV-cache generator against full forwards, a naive greedy loop and the trainer's logprobs."""
+import random
+
 import pytest
 import torch
 
@@ -494,3 +496,47 @@ def test_gpu_a_launch_in_flight_changes_no_token(dtype):
         runs.append(play_episodes(gen, starts, [3, 1, 4, 2, 2], pipelined=overlap)[0])
     assert sum(len(v) for v in runs[0].values()) == 12
     assert {k: [t for _, t, _, _ in v] for k, v in runs[1].items()} == {k: [t for _, t, _, _ in v] for k, v in runs[0].items()}
+
+
+def play_random(gen, r, steps, pipelined):
+    """Episodes of random shape near the cache's end: prompts up to max_len - 1, max_new 1, 2, 5 or 50,
+    observations of 0-4 ids, some next prompts rewritten (a fresh prefill), launches of varying length."""
+    E = r.randint(2, 6)
+    starts = [[r.randrange(256) for _ in range(r.randint(1, gen.max_len - 1))] for _ in range(E)]
+    left = {k: r.randint(1, 4) for k in range(E)}
+    maxnew = [r.choice([1, 2, 5, 50]) for _ in range(E)]
+    obs = [r.randint(0, 4) for _ in range(E)]
+    for k, p in enumerate(starts):
+        gen.submit(k, p, maxnew[k])
+    got, i = {}, 0
+    while gen.busy():
+        launched = gen.launch(steps[i % len(steps)])
+        i += 1
+        for c in gen.finish(keep=int(launched and pipelined)):
+            got.setdefault(c.key, []).append((c.prompt_ids, c.token_ids, c.finish))
+            left[c.key] -= 1
+            nxt = c.prompt_ids + c.token_ids + [(7 * c.key + j + len(got[c.key])) % 200 + 3 for j in range(obs[c.key])]
+            if left[c.key] and len(nxt) < gen.max_len:
+                gen.submit(c.key, nxt if (c.key + len(got[c.key])) % 3 else nxt[:2] + nxt[-3:], maxnew[c.key])
+            else:
+                gen.release(c.key)
+    assert not gen.pending and not gen.running
+    return got
+
+
+def test_a_launch_in_flight_at_the_cache_end_changes_no_token():
+    """Rows that ride along near max_len must not write past it (a bound counting only collected tokens would:
+    an index error here, a write into the next slot on the GPU), and every turn equals the one-at-a-time run's."""
+    model = tiny(seed=3)
+    for trial in range(12):
+        r = random.Random(trial)
+        slots, max_len = r.randint(1, 4), r.randint(8, 40)
+        stop = r.sample(range(256), r.choice([0, 10, 60]))
+        steps = [r.choice([None, 1, 2, 3, 7]) for _ in range(5)]
+        temperature = r.choice([0.0, 1.0])
+        runs = []
+        for overlap in (False, True):
+            gen = Generator(model, slots, max_len, stop_ids=stop, sync_every=3, overlap=overlap,
+                            sampling=Sampling(temperature=temperature, seed=trial))
+            runs.append(play_random(gen, random.Random(100 + trial), steps if overlap else [None], overlap))
+        assert runs[1] == runs[0], trial

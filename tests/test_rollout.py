@@ -211,3 +211,26 @@ def test_the_loop_takes_short_chunks_where_a_chunk_stays_in_flight(tok, model):
         launches.clear()
         loop.run(samples([2, 1]), n=1)
         assert launches and set(launches) == {want}
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_a_loop_whose_environment_raised_runs_again(tok, model, overlap):
+    """An environment that raises ends run() with its error and leaves no slot held and no chunk in flight:
+    the same loop then plays the batch again (it used to spin forever with every slot owned)."""
+    boom = [True]
+
+    class Raising(TurnsEnv):
+        def step(self, action):
+            if boom[0] and self.t == 1:
+                boom[0] = False
+                raise RuntimeError("tool crashed")
+            return super().step(action)
+
+    gen = Recording(model, 2, 256, stop_ids=tok.stop_ids, overlap=overlap)
+    loop = AgentEnvLoop(gen, tok, lambda: Raising(tok, max_context=256, max_new_tokens=MAX_NEW), MAX_NEW)
+    data = samples([3, 2, 3])
+    with pytest.raises(RuntimeError, match="tool crashed"):
+        loop.run(data, n=1)
+    assert not gen.busy() and gen.free_slots() == 2
+    trajs = loop.run(data, n=1)
+    assert [len(t.steps) for t in trajs] == [3, 2, 3] and all(t.termination == "answered" for t in trajs)
