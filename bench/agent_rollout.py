@@ -366,7 +366,8 @@ def agent(model, tok, episodes, slots, cache_len, sync, temperature, profile=Fal
                            "replayed_exactly": f"{exact_count(got, episodes)}/{E}"})
     n = sum(len(s.response_ids) for tr in trajs for s in tr.steps)
     out = {"agent_tok_s": round(n / dt), "agent_s": round(dt, 3), "response_tokens": n,
-           "replayed_exactly": f"{exact_count(trajs, episodes)}/{E}", **schedule, **res, **({"schedules": others} if others else {})}
+           "replayed_exactly": f"{exact_count(trajs, episodes)}/{E}", **schedule, **res,
+           **({"schedules": others} if others else {})}
     del gen, loop
     gc.collect()  # the generator's KV cache and graph pools (a reference cycle with its chunk graphs)
     if cuda:
