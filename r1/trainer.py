@@ -86,7 +86,7 @@ def build_model(path: str, cfg: Config, tok, device, value_head=False, seed=0) -
 # into memory-sized pieces): a resume may change them freely. Any other difference needs run.allow_config_change.
 RESUME_FREE = ("run.dir", "run.resume", "run.allow_config_change", "run.device", "log.", "eval.", "train.steps",
                "train.time_limit", "train.checkpoint_every", "train.keep_checkpoints", "train.micro_tokens",
-               "train.activation_checkpointing", "rollout.slots")
+               "train.activation_checkpointing", "rollout.slots", "rollout.sync_every")
 
 
 def config_changes(cfg: Config, saved_path: str, free=RESUME_FREE) -> list:

@@ -362,6 +362,7 @@ def test_resume_that_changes_the_run_is_refused_listing_the_changes(base_run, tm
         assert change in str(e.value)
     assert "\n" not in str(e.value) and not (run / "config.1.yaml").exists()
     resumed(run, "train.steps=5", "log.trajectories=false")  # how long and how logged: not a different run
+    resumed(run, "train.steps=5", "rollout.sync_every=3")  # how the decode is chunked: not a different run
 
 
 def test_allowed_config_change_keeps_the_old_config(base_run, tmp_path, capsys):
