@@ -313,20 +313,8 @@ def agent(model, tok, episodes, slots, cache_len, sync, temperature, profile=Fal
     uids = [f"{p}{k}-0" for p in ("warm-", "", "probe-") for k in range(E)]
     res = {}
     with forcing(gen, episodes, uids) as opts:
-        loop.run(samples, 1, uid_prefix="warm-")  # graph capture for every batch bucket, compiles, caches
-        sync()
-        log, patched = occupancy(gen)
-        calls = dict(gen.chunk_graphs.calls) if gen.chunk_graphs else {}
-        t = time.perf_counter()
-        trajs = loop.run(samples, 1)
-        sync()
-        dt = time.perf_counter() - t
-        delattr(gen, patched)
-        if gen.chunk_graphs:  # prefill chunks of the timed run: replayed graphs / eager forwards
-            res["chunk_calls"] = {k: v - calls[k] for k, v in gen.chunk_graphs.calls.items()}
-            res["chunk_graphs_captured"] = len(gen.chunk_graphs.graphs)
-        res["tail_s"] = round(tail_seconds(log, t + dt, slots), 3)
-        res["decode_calls"] = len(log)
+        trajs, dt, timed = timed_run(gen, loop, samples, slots, sync)
+        res.update(timed)
         with Probe(gen, loop, sync) as timer:
             t = time.perf_counter()
             loop.run(samples, 1, uid_prefix="probe-")
@@ -352,17 +340,10 @@ def agent(model, tok, episodes, slots, cache_len, sync, temperature, profile=Fal
         others = []
         for every, overlap in schedules:  # the same generator (its graphs), a warm-up run under each schedule
             loop.sync_every, gen.overlap = every, overlap
-            loop.run(samples, 1, uid_prefix="warm-")  # chunk shapes this schedule meets: captured here
-            sync()
-            log, patched = occupancy(gen)
-            t = time.perf_counter()
-            got = loop.run(samples, 1)
-            sync()
-            took = time.perf_counter() - t
-            delattr(gen, patched)
+            got, took, timed = timed_run(gen, loop, samples, slots, sync)
             others.append({"schedule": f"{every}{'' if overlap else '-sync'}", "agent_s": round(took, 3),
                            "agent_tok_s": round(sum(len(s.response_ids) for tr in got for s in tr.steps) / took),
-                           "tail_s": round(tail_seconds(log, t + took, slots), 3), "decode_calls": len(log),
+                           "tail_s": timed["tail_s"], "decode_calls": timed["decode_calls"],
                            "replayed_exactly": f"{exact_count(got, episodes)}/{E}"})
     n = sum(len(s.response_ids) for tr in trajs for s in tr.steps)
     out = {"agent_tok_s": round(n / dt), "agent_s": round(dt, 3), "response_tokens": n,
@@ -373,6 +354,25 @@ def agent(model, tok, episodes, slots, cache_len, sync, temperature, profile=Fal
     if cuda:
         torch.cuda.empty_cache()
     return out
+
+
+def timed_run(gen, loop, samples, slots, sync):
+    """A warm-up run (graph captures, compiles: every chunk shape the schedule meets), then the timed one
+    -> (trajectories, seconds, {tail_s, decode_calls, and with chunk graphs chunk_calls, chunk_graphs_captured})."""
+    loop.run(samples, 1, uid_prefix="warm-")
+    sync()
+    log, patched = occupancy(gen)
+    calls = dict(gen.chunk_graphs.calls) if gen.chunk_graphs else {}
+    t = time.perf_counter()
+    trajs = loop.run(samples, 1)
+    sync()
+    dt = time.perf_counter() - t
+    delattr(gen, patched)
+    out = {"tail_s": round(tail_seconds(log, t + dt, slots), 3), "decode_calls": len(log)}
+    if gen.chunk_graphs:  # prefill chunks of the timed run: replayed graphs / eager forwards
+        out["chunk_calls"] = {k: v - calls[k] for k, v in gen.chunk_graphs.calls.items()}
+        out["chunk_graphs_captured"] = len(gen.chunk_graphs.graphs)
+    return trajs, dt, out
 
 
 def exact_count(trajs, episodes):
@@ -401,9 +401,8 @@ def single_turn(model, episodes, slots, cache_len, new, sync, temperature):
         for k, (p, m) in enumerate(zip(prompts, lengths)):
             gen.submit((run, k), p, m)
         got = 0
-        while gen.busy():  # as Generator.generate: a chunk in flight while the host collects the one before
-            launched = gen.launch()
-            for c in gen.finish(keep=int(launched and gen.overlap)):
+        while gen.busy():
+            for c in gen.step():
                 got += len(c.token_ids)
                 gen.release(c.key)
         sync()

@@ -312,18 +312,19 @@ class Generator:
         for i, p in enumerate(prompts):
             self.submit(("generate", i), p, max_new_tokens)
         done = {}
-        while self.busy():  # with overlap, a chunk stays in flight while the host collects the one before
-            launched = self.launch()
-            for c in self.finish(keep=int(launched and self.overlap)):
+        while self.busy():
+            for c in self.step():
                 done[c.key[1]] = c
                 self.release(c.key)
         return [done[i] for i in range(len(prompts))]
 
     @torch.no_grad()
-    def step(self) -> list[Completion]:
-        """Admit queued requests, decode a few tokens, return what finished."""
-        self.launch()
-        return self.finish()
+    def step(self, steps: int | None = None) -> list[Completion]:
+        """Admit queued requests, decode a few tokens, return what finished: launch() then finish(). With
+        overlap, the launch just made stays in flight and the one before it is collected (all of them when
+        nothing new was launched), so the GPU decodes while the caller works on what this returns."""
+        launched = self.launch(steps)
+        return self.finish(keep=int(launched and self.overlap))
 
     @torch.no_grad()
     def launch(self, steps: int | None = None) -> bool:

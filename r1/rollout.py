@@ -7,22 +7,26 @@ ends, the next pending episode takes its slot (continuous batching across
 episodes), and when a step of an episode finishes, its next step joins the
 running batch.
 
-Environment steps run on the loop's thread while the GPU decodes: each
-iteration launches the generator's next decode chunk (Generator.launch, no
-host sync), collects the chunk before it (Generator.finish(keep=1): with the
-generator's `overlap`, the CUDA default, the new chunk stays in flight), then
-steps the environments of the turns that ended there (tool, detokenise,
-render, tokenise) and queues their next prompts, which join the next launch.
-The GPU never waits for the host unless the host's work outlasts a chunk.
-Without overlap (the CPU, R1_OVERLAP=0), the environments of the turns that
-ended in the previous chunk step between launch() and finish(), while the
-chunk just launched decodes; finish() then waits for it. Chunks are short in the loop (`sync_every`,
-default 4 steps with overlap, the generator's own otherwise): a turn that
-ends mid-chunk waits for the chunk's end and one more chunk before its
-observation is prefilled, so shorter chunks shorten the longest episode's
-path; measured against 2, 8 and 16 (bench/agent_rollout.py --schedules,
-docs/LOG.md). The single-turn engine (Generator.generate) keeps 16: no turn
-waits there, and shorter chunks only add host work. The old design, a thread pool, lost to the GIL: the env
+Environment steps run on the loop's thread while the GPU decodes. With the
+generator's `overlap` (the CUDA default), each iteration is Generator.step:
+it launches the next decode chunk and collects the one before it, which
+leaves the new chunk in flight; the loop then steps the environments of the
+turns that ended there (tool, detokenise, render, tokenise) and queues their
+next prompts, which join the next launch. The GPU never waits for the host
+unless the host's work outlasts a chunk. Without overlap (the CPU,
+R1_OVERLAP=0), the environments of the turns that ended in the previous
+chunk step between launch() and finish(), while the chunk just launched
+decodes; finish() then waits for it.
+
+Chunks are short in the loop (`sync_every`, default 4 steps with overlap,
+the generator's own otherwise): a turn that ends mid-chunk waits for the
+chunk's end and one more chunk before its observation is prefilled, so
+shorter chunks shorten the longest episode's path; measured against 2, 8
+and 16 (bench/agent_rollout.py --schedules, docs/LOG.md). The single-turn
+engine (Generator.generate) keeps 16: no turn waits there, and shorter
+chunks only add host work.
+
+The old design, a thread pool, lost to the GIL: the env
 threads' Python (chat template, JSON, the calculator) and the loop's own
 Python took turns, and every torch call of the loop released the GIL and
 waited up to a switch interval to get it back (bench/agent_rollout.py on the
@@ -72,11 +76,11 @@ class AgentEnvLoop:
                 if todo and not self.live and not futures and self.gen.free_slots() <= 0:
                     raise RuntimeError(f"{len(todo)} episodes wait for a generator slot, but every slot is held by a "
                                        "key no live episode owns: release() them, or abort() the generator")
-                launched = self.gen.launch(self.sync_every) if self.sync_every else self.gen.launch()
-                if overlap:  # collect the older chunk (all, if nothing new was queued), step its turns now
-                    ended = self._actions(self.gen.finish(keep=1 if launched else 0))
+                if overlap:  # a chunk stays in flight; the older one's turns are stepped now
+                    ended = self._actions(self.gen.step(self.sync_every))
                     self._step(ended, futures)
                 else:  # step the last chunk's turns while this one decodes, then wait for it
+                    self.gen.launch(self.sync_every) if self.sync_every else self.gen.launch()
                     self._step(ended, futures)
                     ended = self._actions(self.gen.finish())
                 if self.pool is not None:
