@@ -337,13 +337,16 @@ class Generator:
         if len(self.pending) >= (2 if self.overlap else 1):
             raise RuntimeError("launch() twice without finish()" if not self.overlap else
                                "launch() with two chunks in flight: finish() first")
+        steps = steps or self.sync_every
+        if steps < 1:
+            raise ValueError(f"a decode chunk needs steps >= 1, got {steps} (sync_every)")
         admitted, first = self._admit()
         # Rows that can still sample: not at their max_new nor at the cache's end (counting chunks in
         # flight). Up to sync_every steps, as many as the neediest row wants: a row past its max_new rides
         # along and its extra tokens are dropped (_collect), rather than every row syncing at each step near
         # one row's limit (rows with different max_new made every chunk one step long).
         rows = [r for r in self.running.values() if r.sampled < r.max_new and r.pos < self.max_len]
-        n = min(steps or self.sync_every, max(r.max_new - r.sampled for r in rows),
+        n = min(steps, max(r.max_new - r.sampled for r in rows),
                 min(self.max_len - r.pos for r in rows)) if rows else 0
         out = self._decode_launch(rows, n) if n > 0 else None
         if out is None and not admitted:

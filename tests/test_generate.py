@@ -470,6 +470,8 @@ def test_a_launch_in_flight_changes_no_token(slots):
 def test_overlap_allows_one_launch_in_flight_and_no_more():
     gen = Generator(tiny(), 2, 32, overlap=True, sampling=Sampling(temperature=0))
     gen.submit("a", [1, 2, 3], 40)
+    with pytest.raises(ValueError, match="steps >= 1, got -2"):  # a loop with a bad chunk would spin forever
+        gen.launch(-2)
     assert gen.launch() and gen.launch()
     with pytest.raises(RuntimeError, match="two chunks in flight"):
         gen.launch()
