@@ -24,7 +24,8 @@ their `ratio`, `same_lengths_tok_s` and `ratio_same_lengths` (the engine alone w
 generating its own episode's response tokens: the episodes' spread of lengths, without the turns),
 `replayed_exactly` (episodes whose every step came out as forced),
 and `breakdown`, seconds of a second, instrumented run (a CUDA sync around each
-GPU phase): decode, first_prompt_prefill, continuation_prefill, admit_other
+GPU phase): decode, first_prompt_prefill, continuation_prefill, mixed_step (observations prefilled
+in the first decode step of their chunk, with that step: the CUDA default), admit_other
 (first-token sampling and bookkeeping of admitted rows), env_main (first
 prompts and detokenising on the loop's thread), env_wait (the loop idle,
 waiting for environment threads), env_steps (seconds inside environment steps:
@@ -213,10 +214,11 @@ class Probe:
     """Wall time per phase of the loop, by wrapping generator and loop functions (CUDA-synced)."""
 
     def __init__(self, gen, loop, sync):
-        self.t = dict.fromkeys(("decode", "first_prompt_prefill", "continuation_prefill", "admit", "env_main",
-                                "env_wait", "env_steps"), 0.0)
+        self.t = dict.fromkeys(("decode", "first_prompt_prefill", "continuation_prefill", "mixed_step", "admit",
+                                "env_main", "env_wait", "env_steps"), 0.0)
         self.gen, self.loop, self.sync = gen, loop, sync
-        self.calls = {"first_prompt_prefill": 0, "continuation_prefill": 0}
+        self.calls = {"first_prompt_prefill": 0, "continuation_prefill": 0, "mixed_step": 0}
+        self.mixing = False
         self.undo = []
 
     def timed(self, key, fn, sync=True):
@@ -241,11 +243,23 @@ class Probe:
         gen, loop = self.gen, self.loop
         fwd = gen._forward_chunk
 
-        def chunk(batch):
+        def chunk(batch, *args):
+            if self.mixing:  # inside a mixed step: timed as one (below)
+                return fwd(batch, *args)
             key = "first_prompt_prefill" if all(s == 0 for _, s, _ in batch) else "continuation_prefill"
             self.calls[key] += 1
-            return self.timed(key, fwd)(batch)
+            return self.timed(key, fwd)(batch, *args)
         self.patch(gen, "_forward_chunk", lambda old: chunk)
+        mixed = self.timed("mixed_step", gen._mixed_step)
+
+        def mixed_step(*args):
+            self.calls["mixed_step"] += 1
+            self.mixing = True
+            try:
+                return mixed(*args)
+            finally:
+                self.mixing = False
+        self.patch(gen, "_mixed_step", lambda old: mixed_step)
         for name in ("_decode", "_decode_launch", "_decode_finish"):  # before and after the launch/finish split
             if hasattr(gen, name):
                 self.patch(gen, name, lambda old: self.timed("decode", old))
@@ -276,6 +290,7 @@ class Probe:
     def breakdown(self, total):
         t = dict(self.t)
         t["admit_other"] = t.pop("admit") - t["first_prompt_prefill"] - t["continuation_prefill"]
+        t["decode"] -= t["mixed_step"]  # the mixed steps ran inside the decode launches
         inline = getattr(self.loop, "pool", None) is None  # env steps on the loop's thread, or in a pool
         t["host_loop"] = total - sum(v for k, v in t.items() if k != "env_steps" or inline)
         return {**{k: round(v, 3) for k, v in t.items()}, "env_inline": inline,
@@ -301,13 +316,13 @@ def tail_seconds(log, end, slots):
 
 
 def agent(model, tok, episodes, slots, cache_len, sync, temperature, profile=False, gap=False, workers=None,
-          sync_every=None, overlap=None, schedules=()):
+          sync_every=None, overlap=None, schedules=(), mix=None):
     cuda = next(model.parameters()).is_cuda
-    gen = Generator(model, slots, cache_len, stop_ids=tok.stop_ids, cuda_graphs=cuda, overlap=overlap)
+    gen = Generator(model, slots, cache_len, stop_ids=tok.stop_ids, cuda_graphs=cuda, overlap=overlap, mix=mix)
     gen.set_sampling(Sampling(temperature=temperature, seed=0))
     loop = AgentEnvLoop(gen, tok, make_env_factory(tok), MAX_NEW, sync_every=sync_every,
                         **({} if workers is None else {"workers": workers}))
-    schedule = {"sync_every": loop.sync_every or gen.sync_every, "overlap": gen.overlap}  # of the main runs
+    schedule = {"sync_every": loop.sync_every or gen.sync_every, "overlap": gen.overlap, "mix": gen.mix}  # main runs
     samples = [e["sample"] for e in episodes]
     E = len(episodes)
     uids = [f"{p}{k}-0" for p in ("warm-", "", "probe-") for k in range(E)]
@@ -338,12 +353,13 @@ def agent(model, tok, episodes, slots, cache_len, sync, temperature, profile=Fal
             pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(30)
             res["profile"] = text.getvalue()
         others = []
-        for every, overlap in schedules:  # the same generator (its graphs), a warm-up run under each schedule
-            loop.sync_every, gen.overlap = every, overlap
+        for every, overlap, mix in schedules:  # the same generator (its graphs), a warm-up run under each schedule
+            loop.sync_every, gen.overlap, gen.mix = every, overlap, mix
             got, took, timed = timed_run(gen, loop, samples, slots, sync)
-            others.append({"schedule": f"{every}{'' if overlap else '-sync'}", "agent_s": round(took, 3),
+            name = f"{every}{'' if overlap else '-sync'}{'' if mix else '-nomix'}"
+            others.append({"schedule": name, "agent_s": round(took, 3),
                            "agent_tok_s": round(sum(len(s.response_ids) for tr in got for s in tr.steps) / took),
-                           "tail_s": timed["tail_s"], "decode_calls": timed["decode_calls"],
+                           "tail_s": timed["tail_s"], "decode_calls": timed["decode_calls"], "warm_s": timed["warm_s"],
                            "replayed_exactly": f"{exact_count(got, episodes)}/{E}"})
     n = sum(len(s.response_ids) for tr in trajs for s in tr.steps)
     out = {"agent_tok_s": round(n / dt), "agent_s": round(dt, 3), "response_tokens": n,
@@ -358,9 +374,12 @@ def agent(model, tok, episodes, slots, cache_len, sync, temperature, profile=Fal
 
 def timed_run(gen, loop, samples, slots, sync):
     """A warm-up run (graph captures, compiles: every chunk shape the schedule meets), then the timed one
-    -> (trajectories, seconds, {tail_s, decode_calls, and with chunk graphs chunk_calls, chunk_graphs_captured})."""
+    -> (trajectories, seconds, {tail_s, decode_calls, warm_s (the warm-up's seconds: captures included),
+    and with chunk graphs chunk_calls, chunk_graphs_captured})."""
+    t = time.perf_counter()
     loop.run(samples, 1, uid_prefix="warm-")
     sync()
+    warm = time.perf_counter() - t
     log, patched = occupancy(gen)
     calls = dict(gen.chunk_graphs.calls) if gen.chunk_graphs else {}
     t = time.perf_counter()
@@ -368,7 +387,7 @@ def timed_run(gen, loop, samples, slots, sync):
     sync()
     dt = time.perf_counter() - t
     delattr(gen, patched)
-    out = {"tail_s": round(tail_seconds(log, t + dt, slots), 3), "decode_calls": len(log)}
+    out = {"tail_s": round(tail_seconds(log, t + dt, slots), 3), "decode_calls": len(log), "warm_s": round(warm, 3)}
     if gen.chunk_graphs:  # prefill chunks of the timed run: replayed graphs / eager forwards
         out["chunk_calls"] = {k: v - calls[k] for k, v in gen.chunk_graphs.calls.items()}
         out["chunk_graphs_captured"] = len(gen.chunk_graphs.graphs)
@@ -433,18 +452,21 @@ def main(argv=None):
     p.add_argument("--no-overlap", action="store_true",
                    help="no chunk in flight (R1_OVERLAP=0's schedule: 16-step chunks, environments stepped while "
                         "the next chunk decodes)")
+    p.add_argument("--no-mix", action="store_true",
+                   help="observations prefilled in forwards of their own (R1_MIX=0), not in a decode step")
     p.add_argument("--schedules", default=None,
-                   help="more agent runs in the same process, e.g. 16-sync,16,8,4: steps per chunk, '-sync' "
-                        "without overlap; each is timed (not instrumented) and listed under 'schedules'")
+                   help="more agent runs in the same process, e.g. 16-sync,16,8,4,4-nomix: steps per chunk, "
+                        "'-sync' without overlap, '-nomix' without mixed steps; each is timed (not "
+                        "instrumented) and listed under 'schedules'")
     p.add_argument("--save", nargs="?", const="bench/results/agent_rollout_h200.json", default=None,
                    help="append the result to a JSON list (default bench/results/agent_rollout_h200.json)")
     a = p.parse_args(argv)
     schedules = []
     for name in (a.schedules.split(",") if a.schedules else []):
         every, _, mode = name.partition("-")
-        if not every.isdigit() or int(every) < 1 or mode not in ("", "sync"):
-            p.error(f"--schedules: {name!r} is not N or N-sync")
-        schedules.append((int(every), not mode))
+        if not every.isdigit() or int(every) < 1 or mode not in ("", "sync", "nomix"):
+            p.error(f"--schedules: {name!r} is not N, N-sync or N-nomix")
+        schedules.append((int(every), mode != "sync", mode != "nomix"))
     cuda = torch.cuda.is_available()
     tok = load_tokenizer(a.tokenizer)
     data = a.data or str(ROOT / "data" / "gsm8k")
@@ -477,7 +499,7 @@ def main(argv=None):
         if not a.skip_single:
             r.update(single_turn(model, episodes, a.slots, a.cache_len, round(mean_resp), sync, temperature))
         r.update(agent(model, tok, episodes, a.slots, a.cache_len, sync, temperature, a.profile, a.gap, a.workers,
-                       a.sync_every, False if a.no_overlap else None, schedules))
+                       a.sync_every, False if a.no_overlap else None, schedules, False if a.no_mix else None))
     for o in [r] + r.get("schedules", []):
         if not a.skip_single:
             o["ratio"] = round(o["agent_tok_s"] / r["single_turn_tok_s"], 3)

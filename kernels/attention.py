@@ -130,7 +130,7 @@ def varlen_attention(q, k, v, cu_seqlens, max_seqlen: int, backend: str | None =
 
 
 def cache_attention(q, k_cache, v_cache, cu_q, max_q: int, rows, kv_lens, backend: str | None = None,
-                    max_kv: int = 0):
+                    max_kv: int = 0, decode_rows: int = 0, chunk_cu=None):
     """Queries of B rows attend to their rows of a KV cache.
 
     q [Nq, Hq, D] packed (row b owns q[cu_q[b]:cu_q[b+1]]), k_cache/v_cache
@@ -138,10 +138,21 @@ def cache_attention(q, k_cache, v_cache, cu_q, max_q: int, rows, kv_lens, backen
     row, kv_lens [B] int32: valid keys per row, new ones included -> [Nq, Hq, D].
     max_kv: the largest kv_lens (a host int; 0 = unknown, read all L), bounds what
     the batched chunk path reads.
+    decode_rows: the first rows bring one query each (a mixed step: decode rows, then
+    chunks); they take the decode kernel and the rest the chunk kernel, instead of one
+    chunk kernel whose grid spans max_q for every decode row too. chunk_cu: the chunk
+    part's offsets, cu_q[decode_rows:] - decode_rows (computed once per forward).
     """
+    B = rows.shape[0]
+    if 0 < decode_rows < B:
+        k = decode_rows
+        if chunk_cu is None:
+            chunk_cu = cu_q[k:] - k
+        return torch.cat([
+            cache_attention(q[:k], k_cache, v_cache, cu_q[:k + 1], 1, rows[:k], kv_lens[:k], backend, max_kv),
+            cache_attention(q[k:], k_cache, v_cache, chunk_cu, max_q, rows[k:], kv_lens[k:], backend, max_kv)])
     picked = backend is None and not os.environ.get("R1_ATTN")
     backend = backend or pick_backend(q)
-    B = rows.shape[0]
     decode = q.shape[0] == B and max_q == 1
     if picked and backend == "math" and (max_kv > 0 or decode):
         # No GPU kernel applies (the CPU, fp32 on CUDA): the batched SDPA calls (one per layer, not one

@@ -36,7 +36,7 @@ from kernels import attention
 from r1.model import CacheStep, switch
 
 MIN_Q = 16  # the Triton chunk kernel's query block
-MAX_GRAPHS = 64  # captured shapes per generator; past it, new shapes run eagerly
+MAX_GRAPHS = 192  # captured shapes per generator; past it, new shapes run eagerly
 TOKEN_BUCKETS = tuple(sorted({b for p in range(4, 15) for b in (2 ** p, 3 * 2 ** (p - 1))}))  # 16, 24, 32, 48 .. 24576
 
 
@@ -44,18 +44,20 @@ def _up(x: int, buckets) -> int | None:
     return next((b for b in buckets if b >= x), None)
 
 
-def bucket(n_tokens: int, n_rows: int, max_q: int, row_buckets, max_len: int):
+def bucket(n_tokens: int, n_rows: int, max_q: int, row_buckets, max_len: int, decode_rows: int = 0):
     """The padded shape (Np, Bp, Qp) of a chunk, or None when none fits.
 
     Qp: the power of two >= max_q (at least MIN_Q); Np: the token bucket >= n_tokens; Bp: the row
     bucket that holds the real rows and the pad rows (Np - n_tokens pad tokens, at most Qp a row).
+    A mixed step's decode_rows (one token each, already padded to a bucket) stay as they are: only
+    the chunk part after them is bucketed, so the pad is a fraction of the chunk, not of the whole.
     """
     Qp = max(MIN_Q, 1 << (max(1, max_q) - 1).bit_length())
-    Np = _up(n_tokens, TOKEN_BUCKETS)
+    Np = _up(n_tokens - decode_rows, TOKEN_BUCKETS)
     if Qp > max_len or Np is None:
         return None
-    Bp = _up(n_rows + -(-(Np - n_tokens) // Qp), row_buckets)
-    return None if Bp is None else (Np, Bp, Qp)
+    Bp = _up(n_rows - decode_rows + -(-(Np - n_tokens + decode_rows) // Qp), row_buckets)
+    return None if Bp is None else (decode_rows + Np, decode_rows + Bp, Qp)
 
 
 def pad(ids, pos, token_rows, rows, cu, kv_lens, shape, scratch: int):
@@ -112,30 +114,34 @@ class ChunkGraphs:
         self.graphs: dict = {}
         self.pool = None
         self.out = None  # [top, hidden]: every graph writes its hidden states here
-        self.top = _up(generator.prefill_tokens, TOKEN_BUCKETS) or TOKEN_BUCKETS[-1]  # the largest Np
+        # the largest Np: a chunk's token budget, plus one token per slot (bucketed) in a mixed step
+        self.top = ((_up(generator.prefill_tokens, TOKEN_BUCKETS) or TOKEN_BUCKETS[-1])
+                    + (_up(generator.slots, row_buckets) or generator.slots))
         self.on = usable(generator.model, generator)
         self.calls = {"graph": 0, "eager": 0}
         self.failed: set = set()  # kinds (fresh True/False) whose capture failed: eager from then on
 
-    def run(self, ids, pos, token_rows, rows, cu, kv_lens, fresh: bool):
+    def run(self, ids, pos, token_rows, rows, cu, kv_lens, fresh: bool, dev_ids=None, decode_rows: int = 0):
         """Hidden states [N, hidden] of the chunk from a graph, or None (the caller runs it eagerly).
 
-        The result is a view of the shared output buffer: read it before the next run."""
+        dev_ids (a device tensor) replaces the first len(dev_ids) ids; decode_rows: a mixed step's
+        decode rows (r1/generate.py _mixed_step), one token each, first. The result is a view of the
+        shared output buffer: read it before the next run."""
         shape = None
         if self.on and fresh not in self.failed:
-            shape = bucket(len(ids), len(rows), max(b - a for a, b in zip(cu, cu[1:])), self.row_buckets,
-                           self.gen.max_len)
+            max_q = max(b - a for a, b in zip(cu[decode_rows:], cu[decode_rows + 1:]))
+            shape = bucket(len(ids), len(rows), max_q, self.row_buckets, self.gen.max_len, decode_rows)
         if shape is None or shape[0] > self.top:
             self.calls["eager"] += 1
             return None
-        key = (fresh, *shape)
+        key = (fresh, decode_rows, *shape)
         g = self.graphs.get(key)
         inputs = pad(ids, pos, token_rows, rows, cu, kv_lens, shape, self.gen.scratch)
         if g is not None:
             _fill(g, inputs)
         elif len(self.graphs) < MAX_GRAPHS:  # the capture's static inputs hold this chunk already
             try:
-                g = self.graphs[key] = self._capture(shape, fresh, inputs)
+                g = self.graphs[key] = self._capture(shape, fresh, inputs, decode_rows)
             except Exception as e:  # noqa: BLE001 (e.g. an op that needs the host): this kind runs eagerly
                 self.failed.add(fresh)
                 kind = "first-prompt" if fresh else "continuation"
@@ -144,11 +150,13 @@ class ChunkGraphs:
         if g is None:
             self.calls["eager"] += 1
             return None
+        if dev_ids is not None and len(dev_ids):  # after the capture's warm-ups too: the replay rewrites their keys
+            g["ids"][:len(dev_ids)].copy_(dev_ids)
         g["graph"].replay()
         self.calls["graph"] += 1
         return self.out[:len(ids)]
 
-    def _capture(self, shape, fresh, inputs):
+    def _capture(self, shape, fresh, inputs, decode_rows: int = 0):
         """Static inputs holding this chunk, two warm-up forwards on a side stream (compiles, autotuning),
         then the capture. The warm-ups compute this chunk: they write the keys and values the replay
         writes again, the same values."""
@@ -164,7 +172,7 @@ class ChunkGraphs:
 
         def run():
             step = CacheStep(rows=g["rows"], token_rows=g["token_rows"], cu_q=g["cu"], max_q=Qp,
-                             kv_lens=g["kv_lens"], fresh=fresh)
+                             kv_lens=g["kv_lens"], fresh=fresh, decode_rows=decode_rows)
             self.out[:Np].copy_(gen.model.hidden(g["ids"], g["pos"], cache=gen.cache, step=step))
 
         g["graph"], _ = capture(run, pool=self.pool, mode="thread_local")

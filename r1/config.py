@@ -576,7 +576,7 @@ def load_config(path: str | list | None = None, overrides: list[str] = ()) -> Co
 
 
 # The environment switches of the GPU paths (README): unset, 0 or 1; R1_PROFILE: an iteration number.
-SWITCHES = ("R1_COMPILE", "R1_FUSE", "R1_CHUNK_GRAPHS", "R1_OVERLAP")
+SWITCHES = ("R1_COMPILE", "R1_FUSE", "R1_CHUNK_GRAPHS", "R1_OVERLAP", "R1_MIX")
 
 
 def check_environment():

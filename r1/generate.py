@@ -43,6 +43,19 @@ need a host value (first prompts in fp32 read cu_seqlens, the per-row chunk
 loop, very long continuation chunks, a graph's first capture) sync the stream
 inside a launch: the tokens stay right, the overlap is lost for that launch.
 
+Mixed steps (CUDA by default; R1_MIX=0 off). An agent's turn boundary
+appends an observation to a live row. Prefilled in a forward of its own,
+that chunk (a few hundred tokens over a few dozen rows) reads every weight
+once more and runs its matmuls at a small M, while the other rows wait.
+With `mix`, launch() puts the continuations it admits into the first decode
+step of the chunk: one forward holds the running rows' next tokens (one per
+row, first, padded to a bucket) and the continuations' suffixes, each
+continuation samples its first token there and decodes the other steps with
+the rest. Attention splits the two parts (decode kernel, chunk kernel:
+CacheStep.decode_rows). Tokens are the same as with separate forwards, up
+to the rounding of another matmul shape. First prompts keep their own
+forward (the packed training kernel).
+
 Logprob definition. For a sampled token y, we record
 log softmax(logits / T)[y] over the FULL vocabulary at the rollout
 temperature T, even when top-k/top-p restrict sampling. That is the
@@ -216,7 +229,8 @@ def sample(logits, s: Sampling, seeds=None, positions=None, use_triton=None):
 class Generator:
     def __init__(self, model: Transformer, slots: int, max_len: int, stop_ids=(), stop_strings=(), decode=None,
                  sampling: Sampling | None = None, sync_every: int | None = None, prefill_tokens: int = 8192,
-                 cuda_graphs: bool = False, fuse: bool | None = None, overlap: bool | None = None):
+                 cuda_graphs: bool = False, fuse: bool | None = None, overlap: bool | None = None,
+                 mix: bool | None = None):
         if max_len < 2 or slots < 1 or prefill_tokens < 1:
             raise ValueError(f"generator needs slots >= 1, max_len >= 2 and prefill_tokens >= 1, got slots={slots} "
                              f"max_len={max_len} prefill_tokens={prefill_tokens}")
@@ -246,6 +260,9 @@ class Generator:
         if overlap is None:  # launch() with one launch in flight: CUDA (R1_OVERLAP=0 off)
             overlap = self.device.type == "cuda" and switch("R1_OVERLAP")
         self.overlap = overlap
+        if mix is None:  # continuations prefilled in the first decode step of their chunk: CUDA (R1_MIX=0 off)
+            mix = self.device.type == "cuda" and switch("R1_MIX")
+        self.mix = mix
         # Steps per chunk (launch(steps) overrides it: the agent loop takes shorter chunks, r1/rollout.py).
         self.sync_every = sync_every or (16 if self.device.type == "cuda" else 1)
         self.last_tok = torch.zeros(slots + 1, dtype=torch.long, device=self.device)  # each slot's token to feed
@@ -340,20 +357,27 @@ class Generator:
         steps = steps or self.sync_every
         if steps < 1:
             raise ValueError(f"a decode chunk needs steps >= 1, got {steps} (sync_every)")
-        admitted, first = self._admit()
+        admitted, first, joining = self._admit()
         # Rows that can still sample: not at their max_new nor at the cache's end (counting chunks in
         # flight). Up to sync_every steps, as many as the neediest row wants: a row past its max_new rides
         # along and its extra tokens are dropped (_collect), rather than every row syncing at each step near
-        # one row's limit (rows with different max_new made every chunk one step long).
+        # one row's limit (rows with different max_new made every chunk one step long). Joining rows
+        # sample their first token in the first step and feed n - 1 tokens from their prompt's end.
         rows = [r for r in self.running.values() if r.sampled < r.max_new and r.pos < self.max_len]
-        n = min(steps, max(r.max_new - r.sampled for r in rows),
-                min(self.max_len - r.pos for r in rows)) if rows else 0
-        out = self._decode_launch(rows, n) if n > 0 else None
+        want = [r.max_new - r.sampled for r in rows] + [j.max_new for j in joining]
+        room = [self.max_len - r.pos for r in rows] + [self.max_len - len(j.prompt) + 1 for j in joining]
+        n = min(steps, max(want), min(room)) if want else 0
+        out = self._decode_launch(rows, n, joining) if n > 0 else None
         if out is None and not admitted:
             return False
         for r in rows if out is not None else ():
             r.pos += n
             r.sampled += n
+        for j in joining:
+            j.pos, j.sampled = len(j.prompt) + n - 1, n
+            self.cached[j.slot] = list(j.prompt)
+            self.running[j.slot] = j
+        rows = rows + joining
         rec = _Launch(admitted, self._to_host(first), rows if out is not None else [], n, self._to_host(out))
         if self.device.type == "cuda":
             rec.event = torch.cuda.Event()
@@ -389,8 +413,18 @@ class Generator:
             row = _Row(key, slot, prompt, min(max_new, self.max_len - len(prompt)), pos=keep, seed=self._row_seed(key))
             starts.append(row)
         self.queue = waiting
+        joining, budget = [], self.prefill_tokens
+        if self.mix:  # continuations within the token budget join the decode chunk (_decode_launch): no forward here
+            rest = []
+            for r in starts:
+                if r.pos > 0 and len(r.prompt) - r.pos <= budget:
+                    joining.append(r)
+                    budget -= len(r.prompt) - r.pos
+                else:
+                    rest.append(r)
+            starts = rest
         if not starts:
-            return [], None
+            return [], None, joining
         # Prefill the uncached part of each prompt, packed, in chunks of a token budget. New prompts and
         # continuations (rows whose cache holds a prefix) go in separate batches: new prompts alone take
         # the packed training kernel (CacheStep.fresh), continuations the batched cache path.
@@ -406,7 +440,7 @@ class Generator:
                 take = min(len(r.prompt) - done, budget)
                 batch.append((r, done, take))
                 budget -= take
-            h = self._forward_chunk(batch)
+            h = self._forward_chunk([(r.slot, done, r.prompt[done:done + take]) for r, done, take in batch])
             finished, end = [], -1
             for r, done, take in batch:
                 end += take
@@ -427,7 +461,7 @@ class Generator:
             r.pos, r.sampled = len(r.prompt), 1
             self.cached[r.slot] = list(r.prompt)
             self.running[r.slot] = r
-        return starts, (tok, lp)
+        return starts, (tok, lp), joining
 
     def _row_seed(self, key) -> int:
         """A stable 62-bit seed from the sampling seed and the request key (not Python's salted hash)."""
@@ -448,51 +482,95 @@ class Generator:
             return pair
         return tuple(t.to("cpu", non_blocking=True) for t in pair)
 
-    def _forward_chunk(self, batch):
-        """batch of (row, start, count): write prompt[start:start+count] into the cache -> hidden [N, H]."""
+    def _forward_chunk(self, batch, dev_ids=None, decode_rows: int = 0):
+        """batch of (slot, start, ids): write ids at positions start.. of the slot -> hidden [N, H].
+
+        dev_ids: a device tensor that replaces the first len(dev_ids) ids (decode rows' last tokens, which
+        stay on the device); decode_rows: the first rows bring one token each (a mixed step)."""
         ids, pos, token_rows, cu = [], [], [], [0]
-        for i, (r, start, take) in enumerate(batch):
-            ids += r.prompt[start:start + take]
-            pos += range(start, start + take)
-            token_rows += [i] * take
-            cu.append(cu[-1] + take)
-        d = self.device
-        rows, kv_lens = [r.slot for r, _, _ in batch], [s + t for _, s, t in batch]
+        for i, (_, start, toks) in enumerate(batch):
+            ids += toks
+            pos += range(start, start + len(toks))
+            token_rows += [i] * len(toks)
+            cu.append(cu[-1] + len(toks))
+        rows, kv_lens = [slot for slot, _, _ in batch], [s + len(t) for _, s, t in batch]
         fresh = all(s == 0 for _, s, _ in batch)
-        h = self.chunk_graphs.run(ids, pos, token_rows, rows, cu, kv_lens, fresh) if self.chunk_graphs else None
+        h = None
+        if self.chunk_graphs:
+            h = self.chunk_graphs.run(ids, pos, token_rows, rows, cu, kv_lens, fresh, dev_ids, decode_rows)
         if h is not None:
             return h
+        ids = self._to_device(ids)
+        if dev_ids is not None and len(dev_ids):
+            ids[:len(dev_ids)] = dev_ids
         step = CacheStep(
             rows=self._to_device(rows),
             token_rows=self._to_device(token_rows),
             cu_q=self._to_device(cu, torch.int32),
-            max_q=max(t for _, _, t in batch),
+            max_q=max(len(t) for _, _, t in batch),
             kv_lens=self._to_device(kv_lens, torch.int32),
             fresh=fresh,
             max_kv=max(kv_lens),
+            decode_rows=decode_rows,
         )
-        return self.model.hidden(self._to_device(ids), self._to_device(pos), cache=self.cache, step=step)
+        return self.model.hidden(ids, self._to_device(pos), cache=self.cache, step=step)
 
-    def _decode_launch(self, rows, n):
+    def _decode_launch(self, rows, n, joining=()):
         """Queue n decode steps for the rows -> (tokens [n, Bp], logprobs [n, Bp]) on the device.
 
-        Each row's first input is its slot's `last_tok` (a chunk in flight or an admission writes it)."""
-        B = len(rows)
+        Each row's first input is its slot's `last_tok` (a chunk in flight or an admission writes it).
+        With `joining` (admitted rows whose cache holds a prefix: an observation appended), the first step
+        is one forward of the rows' next tokens and the joining rows' uncached suffixes (_mixed_step):
+        the weights are read once for both, and a joining row samples its first token there, then
+        decodes the other n - 1 steps with the rest. Columns: rows, then joining rows."""
+        joining = list(joining)
+        every = rows + joining
+        B = len(every)
         Bp = next((b for b in BUCKETS if b >= B), B) if self.cuda_graphs else B
         pad = Bp - B
-        slots, pos, seeds = self._to_device([[r.slot for r in rows] + [self.scratch] * pad,
-                                             [r.pos for r in rows] + [0] * pad, [r.seed for r in rows] + [0] * pad])
-        tok = self.last_tok[slots]
+        slots, seeds = self._to_device([[r.slot for r in every] + [self.scratch] * pad,
+                                        [r.seed for r in every] + [0] * pad])
         out_tok = torch.empty(n, Bp, dtype=torch.long, device=self.device)
         out_lp = torch.empty(n, Bp, dtype=torch.float32, device=self.device)
-        longest = max(r.pos for r in rows) + 1  # keys of the longest row at the first step (host-side)
-        for i in range(n):
-            logits = self._decode_logits(tok, pos, slots, longest + i)
+        if joining:
+            tok, lp = self._mixed_step(rows, joining, slots, seeds)
+            out_tok[0, :B], out_lp[0, :B] = tok, lp
+            if pad:
+                tok = torch.cat([tok, torch.zeros(pad, dtype=tok.dtype, device=tok.device)])
+            at = [r.pos + 1 for r in rows] + [len(j.prompt) for j in joining]  # where each feeds next
+        else:
+            tok = self.last_tok[slots]
+            at = [r.pos for r in rows]
+        pos = self._to_device(at + [0] * pad)
+        longest = max(at) + 1  # keys of the longest row at the first step fed here (host-side)
+        first = 1 if joining else 0
+        for i in range(first, n):
+            logits = self._decode_logits(tok, pos, slots, longest + i - first)
             tok, lp = sample(logits, self.sampling, seeds, pos + 1)
             out_tok[i], out_lp[i] = tok, lp
             pos = pos + 1
         self.last_tok[slots] = tok  # pad rows write the scratch slot's entry, which no row feeds
         return out_tok, out_lp
+
+    def _mixed_step(self, rows, joining, slots, seeds):
+        """One forward of the decode rows' next tokens (their last_tok, at r.pos) and the joining rows'
+        uncached prompt suffixes -> (tokens [B], logprobs [B]) sampled at the next position of each.
+
+        Decode rows come first, one token each, padded with scratch rows to a bucket (the chunk graph's
+        shape), so attention splits them from the chunks (CacheStep.decode_rows)."""
+        k = len(rows)
+        kp = next((b for b in BUCKETS if b >= k), k) if self.chunk_graphs and k else k
+        batch = ([(r.slot, r.pos, [0]) for r in rows] + [(self.scratch, 0, [0])] * (kp - k)
+                 + [(j.slot, j.pos, j.prompt[j.pos:]) for j in joining])
+        h = self._forward_chunk(batch, self.last_tok[slots[:k]] if k else None, kp)  # dev_ids, decode_rows
+        ends, end = list(range(k)), kp - 1
+        for j in joining:
+            end += len(j.prompt) - j.pos
+            ends.append(end)
+        B = k + len(joining)
+        meta = self._to_device([ends, [r.pos + 1 for r in rows] + [len(j.prompt) for j in joining]])
+        logits = self.model.head(h.index_select(0, meta[0]))  # a copy: h may be a graph's output buffer
+        return sample(logits, self.sampling, seeds[:B], meta[1])
 
     def _collect_launch(self, rec: _Launch) -> list[Completion]:
         """The host side of one launch: wait for its event (not for younger launches), append its tokens

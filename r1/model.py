@@ -252,6 +252,9 @@ class CacheStep:
     The write position of a token is its position id. `fresh` (every row's
     tokens start at position 0) lets a first prefill attend within the packed
     new tokens, with the training kernel, instead of reading the cache.
+    `decode_rows` (a mixed step, r1/generate.py): the first rows bring one
+    token each (decode rows), the rest chunks; attention runs each part with
+    its own kernel (kernels/attention.py cache_attention).
     """
     rows: torch.Tensor
     token_rows: torch.Tensor
@@ -261,6 +264,8 @@ class CacheStep:
     fresh: bool = False  # every row starts at position 0: attend within the new tokens (packed flash path)
     max_kv: int = 0  # max of kv_lens as a host int (0 = unknown): bounds the keys a chunk reads
     token_slots: torch.Tensor | None = None  # rows[token_rows], the slot of each token: set once per forward
+    decode_rows: int = 0  # the first rows have one token each: decode attention for them, chunks for the rest
+    chunk_cu: torch.Tensor | None = None  # cu_q[decode_rows:] - decode_rows: set once per forward
 
 
 class Attention(nn.Module):
@@ -302,7 +307,7 @@ class Attention(nn.Module):
                 out = varlen_attention(q, k, v, step.cu_q, step.max_q)
             else:
                 out = cache_attention(q, k_cache, v_cache, step.cu_q, step.max_q, step.rows, step.kv_lens,
-                                      max_kv=step.max_kv)
+                                      max_kv=step.max_kv, decode_rows=step.decode_rows, chunk_cu=step.chunk_cu)
         return self.o_proj(out.reshape(n, cfg.num_heads * cfg.head_dim))
 
 
@@ -472,6 +477,8 @@ class Transformer(nn.Module):
         cos, sin = rope_cos_sin(position_ids, self.cfg.head_dim, self.cfg.rope_theta, x.dtype)
         if step is not None and step.token_slots is None:  # every layer writes its keys to the same slots
             step = replace(step, token_slots=step.rows[step.token_rows])
+        if step is not None and step.decode_rows and step.chunk_cu is None:  # every layer splits the same way
+            step = replace(step, chunk_cu=step.cu_q[step.decode_rows:] - step.decode_rows)
         packed = (cu_seqlens, max_seqlen)
         for i, layer in enumerate(self.model.layers):
             kv = None if cache is None else (cache.k[i], cache.v[i])

@@ -51,7 +51,7 @@ from r1.rollout import AgentEnvLoop
 from r1.rollout_stats import summarize, traj_stats
 from r1.tasks.data import epoch_order, load_rows
 from r1.tokenizer import load_tokenizer
-from r1.trajectory import check_episodes, iter_path, save as save_trajs
+from r1.trajectory import Saver, check_episodes, iter_path
 
 
 class TrainingStopped(RuntimeError):
@@ -283,6 +283,7 @@ class Trainer:
                 print(f"resuming {cfg.run.dir} from iteration {self.start} ({os.path.basename(path)}); "
                       f"train.steps={cfg.train.steps}", flush=True)
         self.logger = Logger(cfg.run.dir, self.d.main, cfg.log.tensorboard, cfg.log.progress, cfg.train.steps, self.start)
+        self.saver = Saver()  # trajectory files, written in the background
 
     # -- data ----------------------------------------------------------------
     def prompts_for(self, it: int) -> list:
@@ -400,8 +401,9 @@ class Trainer:
             torch.cuda.reset_peak_memory_stats()
         if cfg.log.trajectories:
             all_trajs = distributed.gather_objects(played, self.d)
-            if self.d.main:
-                save_trajs([t for ts in all_trajs for t in ts], iter_path(cfg.run.dir, it + 1), tokenizer=self.tok)
+            if self.d.main:  # written while the next iteration runs (r1.trajectory.Saver)
+                self.saver.save([t for ts in all_trajs for t in ts], iter_path(cfg.run.dir, it + 1), tokenizer=self.tok)
+        metrics["time_other"] = time.time() - t0 - t_roll - t_score - t_train  # this iteration outside its phases
         return metrics
 
     def trained_trajectories(self, played: list) -> list:
@@ -669,6 +671,7 @@ class Trainer:
                 out_of_time = cfg.train.time_limit > 0 and bool(distributed.all_max(
                     float(time.time() - t0 >= cfg.train.time_limit), self.d))
                 if (it + 1) % cfg.train.checkpoint_every == 0 or it + 1 == cfg.train.steps or out_of_time:
+                    self.saver.wait()  # the checkpoint's trajectory files are on disk before it
                     checkpoint.save(cfg.run.dir, it + 1, self.models, self.optims, self.scheds,
                                     {"iteration": it + 1, "reward_moments": self.reward_moments.tolist()}, self.d,
                                     keep=cfg.train.keep_checkpoints)
@@ -679,7 +682,10 @@ class Trainer:
                     break
             self.export()
         finally:
-            self.logger.close()
+            try:
+                self.saver.close()
+            finally:
+                self.logger.close()
 
     def export(self):
         from r1.weights import save_hf

@@ -223,6 +223,34 @@ def save(trajs: list, path: str, tokenizer=None):
     fsync_dir(os.path.dirname(path))
 
 
+class Saver:
+    """save() on a thread of its own, one file at a time: an iteration's file (encoding, gzip, fsync) is
+    written while the next iteration runs, not on its critical path. save() waits for the file before; an
+    error writing it surfaces at the next save() or wait(). The trainer waits before every checkpoint and
+    at the end, so a checkpoint of iteration k has the files of iterations 1..k beside it."""
+
+    def __init__(self):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="r1-trajectories")
+        self.pending = None
+
+    def save(self, trajs: list, path: str, tokenizer=None):
+        self.wait()
+        self.pending = self.pool.submit(save, list(trajs), path, tokenizer)
+
+    def wait(self):
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            pending.result()
+
+    def close(self):
+        try:
+            self.wait()
+        finally:
+            self.pool.shutdown()
+
+
 def read(path: str) -> tuple:
     """(header or None, trajectories) of one file; ValueError naming file:line for anything unreadable."""
     if not os.path.isfile(path):

@@ -116,17 +116,25 @@ def test_gpu_chunk_graphs_match_eager_chunks(arch):
     rng = random.Random(0)
     rows = [SimpleNamespace(slot=s, prompt=[rng.randrange(256) for _ in range(rng.randint(5, 50))])
             for s in (3, 0, 1)]
-    batches = [[(r, 0, len(r.prompt)) for r in rows]]
+    batches = [([(r.slot, 0, r.prompt) for r in rows], None, 0)]
     for r in rows[:2]:
         r.prompt = r.prompt + [rng.randrange(256) for _ in range(rng.randint(1, 40))]
-    batches.append([(r, len(r.prompt) - n, n) for r, n in zip(rows[:2], (7, 20))])
+    batches.append(([(r.slot, len(r.prompt) - n, r.prompt[-n:]) for r, n in zip(rows[:2], (7, 20))], None, 0))
+    # a mixed step: row 1 decodes one token (its id on the device), padded to 2 decode rows with the
+    # scratch slot, and row 0 appends 5 more tokens
+    new = [rng.randrange(256) for _ in range(5)]
+    mixed = [(1, len(rows[2].prompt), [0]), (graphed.scratch, 0, [0]), (0, len(rows[0].prompt), new)]
+    batches.append((mixed, torch.tensor([rng.randrange(256)], device="cuda"), 2))
     with torch.no_grad():
-        for batch in batches:
-            a, b = graphed._forward_chunk(batch), eager._forward_chunk(batch)
-            assert a.shape == b.shape and (a.float() - b.float()).abs().max() < 0.05
-            a2 = graphed._forward_chunk(batch)  # a replay of the captured graph, same result
-            assert torch.equal(a, a2)
-    assert graphed.chunk_graphs.calls["graph"] == 4 and len(graphed.chunk_graphs.graphs) == 2
+        for batch, dev_ids, k in batches:
+            a = graphed._forward_chunk(batch, dev_ids, k)
+            b = eager._forward_chunk(batch, dev_ids, k)
+            assert a.shape == b.shape and (a.float()[:1] - b.float()[:1]).abs().max() < 0.05
+            assert (a.float()[k:] - b.float()[k:]).abs().max() < 0.05  # decode pad rows: scratch, not compared
+            a2 = graphed._forward_chunk(batch, dev_ids, k)  # a replay of the captured graph, same result
+            assert torch.equal(a[:1], a2[:1]) and torch.equal(a[k:], a2[k:])
+    assert graphed.chunk_graphs.calls["graph"] == 6 and len(graphed.chunk_graphs.graphs) == 3
+    rows[0].prompt += new
     for r in rows:
         n = len(r.prompt)
         assert (graphed.cache.k[:, r.slot, :n].float() - eager.cache.k[:, r.slot, :n].float()).abs().max() < 0.05

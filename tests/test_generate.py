@@ -198,7 +198,7 @@ def test_multi_turn_continuation_matches_fresh_prefill(attn, monkeypatch):
     prompt2 = c1.prompt_ids + c1.token_ids + obs
     calls = []
     orig = gen._forward_chunk
-    gen._forward_chunk = lambda batch: calls.append(sum(t for _, _, t in batch)) or orig(batch)
+    gen._forward_chunk = lambda batch, *a: calls.append(sum(len(t) for _, _, t in batch)) or orig(batch, *a)
     gen.submit("ep", prompt2, 6)
     (c2,) = run_until_done(gen)
     assert calls == [len(obs) + 1]  # the last sampled token + the observation, not the whole history
@@ -446,25 +446,51 @@ def test_a_launch_in_flight_changes_no_token(slots):
     """overlap=True (the CUDA default): launch() queues a chunk behind the one in flight and finish(keep=1)
     collects only the older one, so rows that stopped there ride along one chunk; their extra tokens are
     dropped and the keys they wrote are overwritten before any read. Every turn of every episode (sampled,
-    stop ids, continuations that reuse the cache, slots refilled) equals the one-chunk-at-a-time run's."""
+    stop ids, continuations that reuse the cache, slots refilled) equals the one-chunk-at-a-time run's,
+    with and without mix (continuations prefilled in a decode step)."""
     model = tiny(seed=3)
     g = torch.Generator().manual_seed(5)
     starts = [torch.randint(0, 256, (n,), generator=g).tolist() for n in (4, 9, 2, 6, 3)]
     turns = [3, 1, 4, 2, 2]
     stop = [int(t) for t in torch.randint(0, 256, (24,), generator=g)]  # frequent stops: uneven turns
     runs = []
-    for overlap, pipelined in ((False, False), (True, True)):
-        gen = Generator(model, slots, 80, stop_ids=stop, sync_every=3, overlap=overlap,
+    for overlap, mix in ((False, False), (True, False), (False, True), (True, True)):
+        gen = Generator(model, slots, 80, stop_ids=stop, sync_every=3, overlap=overlap, mix=mix,
                         sampling=Sampling(temperature=1.0, seed=4))
-        runs.append(play_episodes(gen, starts, turns, pipelined=pipelined))
-    (want, _), (got, _) = runs
+        runs.append(play_episodes(gen, starts, turns, pipelined=overlap))
+    want = runs[0][0]
     assert sum(len(v) for v in want.values()) == sum(turns)
     assert "eos" in {f for v in want.values() for *_, f in v}  # some turns stopped mid-chunk
-    assert got.keys() == want.keys()
-    for k in want:
-        assert [(p, t, f) for p, t, _, f in got[k]] == [(p, t, f) for p, t, _, f in want[k]]
-        for (_, _, a, _), (_, _, b, _) in zip(got[k], want[k]):
-            assert a == pytest.approx(b, abs=1e-5)
+    for got, _ in runs[1:]:
+        assert got.keys() == want.keys()
+        for k in want:
+            assert [(p, t, f) for p, t, _, f in got[k]] == [(p, t, f) for p, t, _, f in want[k]]
+            for (_, _, a, _), (_, _, b, _) in zip(got[k], want[k]):
+                assert a == pytest.approx(b, abs=1e-5)
+
+
+def test_a_continuation_joins_the_decode_step_of_its_chunk():
+    """mix=True (the CUDA default): an observation appended to a live row is prefilled in the same forward
+    as the other rows' next decode step (one forward where there were two), and the turn is the same."""
+    model = tiny(seed=4)
+    forwards = []
+    hidden = model.hidden
+    model.hidden = lambda *a, **k: forwards.append(k["step"].decode_rows) or hidden(*a, **k)
+    got = []
+    for mix in (False, True):
+        gen = Generator(model, 2, 64, sync_every=2, mix=mix, sampling=Sampling(temperature=1.0, seed=1))
+        gen.submit("long", [5, 6, 7], 20)
+        gen.submit("short", [8, 9], 2)
+        out = gen.step() + gen.step()  # "short" is done after 2 tokens; "long" goes on
+        (c,) = [c for c in out if c.key == "short"]
+        forwards.clear()
+        gen.submit("short", c.prompt_ids + c.token_ids + [10, 11, 12], 4)
+        gen.step()
+        assert forwards == ([1, 0] if mix else [0, 0, 0])  # chunk of 2 steps; mixed: the first holds the prefill
+        got.append(run_until_done(gen) + [c])
+    model.hidden = hidden
+    key = lambda cs: sorted((c.key, c.prompt_ids, c.token_ids) for c in cs)  # noqa: E731
+    assert key(got[0]) == key(got[1])
 
 
 def test_overlap_allows_one_launch_in_flight_and_no_more():
@@ -492,13 +518,15 @@ def test_gpu_a_launch_in_flight_changes_no_token(dtype):
     starts = [torch.randint(0, 256, (n,), generator=g).tolist() for n in (4, 9, 2, 6, 3)]
     stop = [int(t) for t in torch.randint(0, 256, (24,), generator=g)]
     runs = []
-    for overlap in (False, True):
-        gen = Generator(model, 3, 80, stop_ids=stop, sync_every=3, overlap=overlap, cuda_graphs=True,
+    for overlap, mix in ((False, False), (True, False), (True, True)):
+        gen = Generator(model, 3, 80, stop_ids=stop, sync_every=3, overlap=overlap, mix=mix, cuda_graphs=True,
                         sampling=Sampling(temperature=1.0, seed=4))
         runs.append(play_episodes(gen, starts, [3, 1, 4, 2, 2], pipelined=overlap)[0])
+        if mix and dtype == torch.bfloat16:  # the mixed steps ran in chunk graphs
+            assert gen.chunk_graphs.calls["graph"] > 0 and any(k[1] for k in gen.chunk_graphs.graphs)
     assert sum(len(v) for v in runs[0].values()) == 12
     tokens = [{k: [t for _, t, _, _ in v] for k, v in run.items()} for run in runs]
-    assert tokens[1] == tokens[0]
+    assert tokens[1] == tokens[0] and tokens[2] == tokens[0]
 
 
 def play_random(gen, r, steps, pipelined):
@@ -538,8 +566,8 @@ def test_a_launch_in_flight_at_the_cache_end_changes_no_token():
         steps = [r.choice([None, 1, 2, 3, 7]) for _ in range(5)]
         temperature = r.choice([0.0, 1.0])
         runs = []
-        for overlap in (False, True):
-            gen = Generator(model, slots, max_len, stop_ids=stop, sync_every=3, overlap=overlap,
+        for overlap, mix in ((False, False), (True, False), (True, True)):
+            gen = Generator(model, slots, max_len, stop_ids=stop, sync_every=3, overlap=overlap, mix=mix,
                             sampling=Sampling(temperature=temperature, seed=trial))
             runs.append(play_random(gen, random.Random(100 + trial), steps if overlap else [None], overlap))
-        assert runs[1] == runs[0], trial
+        assert runs[1] == runs[0] and runs[2] == runs[0], trial

@@ -482,6 +482,7 @@ def test_one_episode_with_nan_logprobs_is_finished_not_a_crash(tmp_path):
     with pytest.warns(UserWarning, match="1 of 4 episodes finished early as invalid"):
         m = t.iteration(0)
     assert m["term_nonfinite_logprobs"] == 0.25 and m["skipped_updates"] == 0 and m["grad_norm"] > 0
+    t.saver.wait()  # the file is written in the background
     saved = load(iter_path(str(tmp_path / "run"), 1))
     assert saved[1].termination == "nonfinite_logprobs" and saved[1].steps == []
 

@@ -78,8 +78,8 @@ def samples(turns):
 
 
 def run_loop(tok, model, data, slots, n=1, temperature=0.0, policy="append", max_context=256, env_cls=TurnsEnv,
-             workers=0, overlap=False, sync_every=None):
-    gen = Recording(model, slots, max_context, stop_ids=tok.stop_ids, overlap=overlap)
+             workers=0, overlap=False, sync_every=None, mix=False):
+    gen = Recording(model, slots, max_context, stop_ids=tok.stop_ids, overlap=overlap, mix=mix)
     gen.set_sampling(Sampling(temperature=temperature, seed=1))
     loop = AgentEnvLoop(gen, tok, lambda: env_cls(tok, max_context=max_context, max_new_tokens=MAX_NEW,
                                                   policy=policy), MAX_NEW, workers=workers, sync_every=sync_every)
@@ -130,14 +130,16 @@ def test_many_uneven_episodes_finish_in_order_and_batching_does_not_change_greed
 
 def test_sampled_rollouts_do_not_depend_on_batching(tok, model):
     """Temperature 1: the same seed gives the same trajectories with 1, 3 or 5 slots (noise keyed by uid),
-    and with the GPU's schedule (overlap: a chunk in flight while the loop steps environments, short chunks)."""
+    and with the GPU's schedule (overlap: a chunk in flight while the loop steps environments, short chunks;
+    mix: observations prefilled in the first decode step of their chunk)."""
     data = samples([2, 3, 1, 2])
     ids = lambda ts: [[(s.prompt_ids, s.response_ids) for s in t.steps] for t in ts]  # noqa: E731
     runs = [ids(run_loop(tok, model, data, slots=k, n=2, temperature=1.0)[0]) for k in (1, 3, 5)]
     assert runs[0] == runs[1] == runs[2]
-    for k, every in ((1, 4), (3, 2), (5, 16)):
+    for k, every, mix in ((1, 4, False), (3, 2, False), (5, 16, False), (3, 4, True), (5, 2, True)):
         assert ids(run_loop(tok, model, data, slots=k, n=2, temperature=1.0, overlap=True,
-                            sync_every=every)[0]) == runs[0]
+                            sync_every=every, mix=mix)[0]) == runs[0]
+    assert ids(run_loop(tok, model, data, slots=3, n=2, temperature=1.0, mix=True)[0]) == runs[0]
     a, b = runs[0][0], runs[0][1]  # two samples of one prompt differ (different uids)
     assert a != b
 

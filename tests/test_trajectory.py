@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from r1.tokenizer import load_tokenizer
-from r1.trajectory import Step, Trajectory, from_record, iter_path, load, render, save, to_record
+from r1.trajectory import Saver, Step, Trajectory, from_record, iter_path, load, render, save, to_record
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -67,6 +67,27 @@ def test_round_trip_is_exact(tmp_path):
     assert back == trajs  # dataclass equality: every id, float, flag, mask and info entry
     assert [s.logprobs for t in back for s in t.steps] == [s.logprobs for t in trajs for s in t.steps]
     assert back[1].steps[1].mask == [1, 0, 1, 1, 0] and back[0].steps[0].mask == [1] * 5
+
+
+def test_the_background_saver_writes_the_same_files_and_reports_errors(tmp_path):
+    """The trainer writes each iteration's file on a thread (r1.trajectory.Saver) while the next iteration
+    runs: the files are save()'s, one at a time, and a write that failed is raised at the next call."""
+    rng = random.Random(1)
+    trajs = [append_traj(rng), rewritten_traj(rng)]
+    saver, want = Saver(), []
+    for it in (1, 2):
+        want.append(list(trajs))
+        saver.save(trajs, iter_path(str(tmp_path), it))
+        trajs.append(append_traj(rng, uid="late"))  # the caller's list changes after save(): the file does not
+    saver.wait()
+    assert [load(iter_path(str(tmp_path), it)) for it in (1, 2)] == want
+    (tmp_path / "blocked").write_text("a file where the folder would go")
+    saver.save(trajs, str(tmp_path / "blocked" / "iter_000003.jsonl.gz"))
+    with pytest.raises(OSError):
+        saver.wait()
+    saver.save(trajs[:1], iter_path(str(tmp_path), 3))  # the saver goes on after an error
+    saver.close()
+    assert load(iter_path(str(tmp_path), 3)) == trajs[:1]
 
 
 def test_delta_encoding_stores_append_prompts_once(tmp_path):
