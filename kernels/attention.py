@@ -130,7 +130,7 @@ def varlen_attention(q, k, v, cu_seqlens, max_seqlen: int, backend: str | None =
 
 
 def cache_attention(q, k_cache, v_cache, cu_q, max_q: int, rows, kv_lens, backend: str | None = None,
-                    max_kv: int = 0, decode_rows: int = 0, chunk_cu=None):
+                    max_kv: int = 0, blocks=None):
     """Queries of B rows attend to their rows of a KV cache.
 
     q [Nq, Hq, D] packed (row b owns q[cu_q[b]:cu_q[b+1]]), k_cache/v_cache
@@ -138,19 +138,11 @@ def cache_attention(q, k_cache, v_cache, cu_q, max_q: int, rows, kv_lens, backen
     row, kv_lens [B] int32: valid keys per row, new ones included -> [Nq, Hq, D].
     max_kv: the largest kv_lens (a host int; 0 = unknown, read all L), bounds what
     the batched chunk path reads.
-    decode_rows: the first rows bring one query each (a mixed step: decode rows, then
-    chunks); they take the decode kernel and the rest the chunk kernel, instead of one
-    chunk kernel whose grid spans max_q for every decode row too. chunk_cu: the chunk
-    part's offsets, cu_q[decode_rows:] - decode_rows (computed once per forward).
+    blocks: a block map of cu_q (block_map), for chunks whose rows may have any
+    length, decode rows among them (a mixed step, r1/generate.py): where the Triton
+    chunk kernel is the backend, by_row_attention takes them (no max_q needed).
     """
     B = rows.shape[0]
-    if 0 < decode_rows < B:
-        k = decode_rows
-        if chunk_cu is None:
-            chunk_cu = cu_q[k:] - k
-        return torch.cat([
-            cache_attention(q[:k], k_cache, v_cache, cu_q[:k + 1], 1, rows[:k], kv_lens[:k], backend, max_kv),
-            cache_attention(q[k:], k_cache, v_cache, chunk_cu, max_q, rows[k:], kv_lens[k:], backend, max_kv)])
     picked = backend is None and not os.environ.get("R1_ATTN")
     backend = backend or pick_backend(q)
     decode = q.shape[0] == B and max_q == 1
@@ -174,6 +166,8 @@ def cache_attention(q, k_cache, v_cache, cu_q, max_q: int, rows, kv_lens, backen
             print(f"kernels.attention: varlen_attn cannot read the cache here ({str(e)[:120]}); using {backend}")
     if backend == "triton" and decode:  # reads each row's kv_lens[b] keys in place, graph-safe
         return triton_decode.decode_attention(q, k_cache, v_cache, rows, kv_lens)
+    if backend == "triton_chunk" and blocks is not None:  # rows of any length, decode rows among them
+        return by_row_attention(q, k_cache, v_cache, cu_q, rows, kv_lens, blocks)
     if backend == "triton_chunk":  # chunks: each row's keys read in place, causal per query, no host sync
         return triton_chunk.chunk_attention(q, k_cache, v_cache, cu_q, max_q, rows, kv_lens)
     if backend == "sdpa" and decode:  # decode fallback: batched SDPA over the rows' caches (max_kv keys if known)
@@ -192,6 +186,34 @@ def cache_attention(q, k_cache, v_cache, cu_q, max_q: int, rows, kv_lens, backen
         s, e, n = bounds[b], bounds[b + 1], lens[b]
         if e > s:
             out[s:e] = _sdpa(q[s:e], k_cache[slots[b], :n], v_cache[slots[b], :n], n - (e - s))
+    return out
+
+
+def block_map(cu_q, n_blocks: int, block_m: int = 16):
+    """The work list of a chunk whose rows may have any length -> (row, block) int32 [n_blocks] each.
+
+    Entry j names a row with more than one query and a block of block_m of its queries; entries past the
+    last are row -1. n_blocks must be >= sum(ceil(n_b / block_m)) over those rows: Nq // block_m + B is.
+    Torch ops on the device with static shapes (no host value), so a CUDA graph holds them: the Triton
+    chunk kernel's grid then depends on n_blocks only, not on max_q, and rows with one query cost it
+    nothing (the decode kernel takes them)."""
+    n = cu_q[1:] - cu_q[:-1]
+    blocks = torch.where(n > 1, (n + block_m - 1) // block_m, 0).to(torch.int64)
+    cum = torch.cumsum(blocks, 0)
+    j = torch.arange(n_blocks, device=cu_q.device)
+    row = torch.searchsorted(cum, j, right=True).clamp_(max=max(n.shape[0] - 1, 0))
+    mb = j - (cum[row] - blocks[row])
+    live = j < cum[-1:] if n.shape[0] else torch.zeros_like(j, dtype=torch.bool)
+    return torch.where(live, row, -1).to(torch.int32), mb.to(torch.int32)
+
+
+def by_row_attention(q, k_cache, v_cache, cu_q, rows, kv_lens, blocks):
+    """A chunk whose rows may have any length (a mixed step: decode rows and continuations in one forward):
+    rows with one query take the Triton decode kernel, the others the chunk kernel through the block map.
+    Each kernel reads only its rows' keys; both write into one output. No host value: graph-safe."""
+    out = torch.empty_like(q)
+    triton_decode.decode_attention(q, k_cache, v_cache, rows, kv_lens, cu_q=cu_q, out=out)
+    triton_chunk.chunk_attention(q, k_cache, v_cache, cu_q, 0, rows, kv_lens, blocks=blocks, out=out)
     return out
 
 

@@ -57,15 +57,23 @@ def _chunk_block(q, k_base, v_base, n0, hi, qpos, sk_l, sv_l, qk_scale, acc, m_i
 
 
 @triton.jit
-def _chunk_kernel(q_ptr, k_ptr, v_ptr, cu_ptr, rows_ptr, lens_ptr, out_ptr,
+def _chunk_kernel(q_ptr, k_ptr, v_ptr, cu_ptr, rows_ptr, lens_ptr, out_ptr, blk_row_ptr, blk_mb_ptr,
                   sq_n, sq_h, sk_s, sk_l, sk_h, sv_s, sv_l, sv_h, so_n, so_h, L, qk_scale,
                   G: tl.constexpr, G_PAD: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr,
-                  BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, INTERPRET: tl.constexpr):
-    b = tl.program_id(0)
+                  BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, INTERPRET: tl.constexpr, MAPPED: tl.constexpr):
     h = tl.program_id(1)  # KV head
-    mb = tl.program_id(2)  # block of new queries
+    if MAPPED:  # program j takes the (row, block of new queries) of the block map; row -1: nothing to do
+        j = tl.program_id(0)
+        b_map = tl.load(blk_row_ptr + j)
+        mb = tl.load(blk_mb_ptr + j)
+        b = tl.maximum(b_map, 0)
+    else:
+        b = tl.program_id(0)
+        mb = tl.program_id(2)  # block of new queries
     q0 = tl.load(cu_ptr + b)
     n_new = tl.load(cu_ptr + b + 1) - q0
+    if MAPPED:
+        n_new = tl.where(b_map >= 0, n_new, 0)
     slot = tl.load(rows_ptr + b).to(tl.int64)
     kv_len = tl.minimum(tl.load(lens_ptr + b).to(tl.int32), L)
 
@@ -101,11 +109,16 @@ def _chunk_kernel(q_ptr, k_ptr, v_ptr, cu_ptr, rows_ptr, lens_ptr, out_ptr,
              out.to(out_ptr.dtype.element_ty), mask=valid[:, None])
 
 
-def chunk_attention(q, k_cache, v_cache, cu_q, max_q: int, rows, kv_lens, block_m=16, block_n=64):
+def chunk_attention(q, k_cache, v_cache, cu_q, max_q: int, rows, kv_lens, block_m=16, block_n=64, blocks=None,
+                    out=None):
     """q [Nq, Hq, D] packed (row b owns q[cu_q[b]:cu_q[b+1]]), k_cache/v_cache [S, L, Hkv, D],
     rows [B] (slot of each row), kv_lens [B] (valid keys, the new ones included), max_q: the
     longest chunk (host int) -> [Nq, Hq, D]. Query i of a row with n new tokens sits at
-    position kv_len - n + i and sees the keys up to it."""
+    position kv_len - n + i and sees the keys up to it.
+
+    blocks: (row, block) int32 tensors of kernels.attention.block_map (block_m 16): one program per
+    entry instead of a grid over every row and max_q (max_q unused), written into `out`; rows with
+    one query are not in the map (the decode kernel takes them: by_row_attention)."""
     Nq, Hq, D = q.shape
     B = rows.shape[0]
     L, Hkv = k_cache.shape[1], k_cache.shape[2]
@@ -114,18 +127,24 @@ def chunk_attention(q, k_cache, v_cache, cu_q, max_q: int, rows, kv_lens, block_
                          f"cache {tuple(k_cache.shape)} {k_cache.dtype}, strides {k_cache.stride()}")
     if q.stride(-1) != 1:
         q = q.contiguous()
-    out = torch.empty_like(q)
-    if B == 0 or Nq == 0 or max_q <= 0:
+    if out is None:
+        out = torch.empty_like(q)
+    if B == 0 or Nq == 0 or (max_q <= 0 and blocks is None):
         return out
     G = Hq // Hkv
     g_pad = triton.next_power_of_2(G)
     block_m = max(block_m, triton.cdiv(16, g_pad))  # tl.dot needs M >= 16
-    _chunk_kernel[(B, Hkv, triton.cdiv(max_q, block_m))](
-        q, k_cache, v_cache, cu_q, rows, kv_lens, out,
+    if blocks is not None and block_m != 16:
+        raise ValueError(f"chunk_attention: a block map is made for 16 queries a block, not {block_m}")
+    grid = (blocks[0].shape[0], Hkv) if blocks is not None else (B, Hkv, triton.cdiv(max_q, block_m))
+    blk_row, blk_mb = blocks if blocks is not None else (rows, rows)  # unused pointers without a map
+    _chunk_kernel[grid](
+        q, k_cache, v_cache, cu_q, rows, kv_lens, out, blk_row, blk_mb,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(1),
         L, LOG2E / math.sqrt(D),
         G=G, G_PAD=g_pad, D=D, BLOCK_M=block_m, BLOCK_N=block_n,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        INTERPRET=os.environ.get("TRITON_INTERPRET") == "1", num_warps=8 if block_m * g_pad >= 128 else 4)
+        INTERPRET=os.environ.get("TRITON_INTERPRET") == "1", MAPPED=blocks is not None,
+        num_warps=8 if block_m * g_pad >= 128 else 4)
     return out

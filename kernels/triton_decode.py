@@ -68,24 +68,32 @@ def _attend_block(q, k_base, v_base, n0, end, sk_l, sv_l, qk_scale, acc, m_i, l_
 
 
 @triton.jit
-def _decode_kernel(q_ptr, k_ptr, v_ptr, rows_ptr, lens_ptr, out_ptr, m_ptr, l_ptr, acc_ptr,
+def _decode_kernel(q_ptr, k_ptr, v_ptr, rows_ptr, lens_ptr, out_ptr, m_ptr, l_ptr, acc_ptr, cu_ptr,
                    sq_b, sq_h, sk_s, sk_l, sk_h, sv_s, sv_l, sv_h, so_b, so_h, L, qk_scale,
                    G: tl.constexpr, G_PAD: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr,
-                   SPLITS: tl.constexpr, PRECISION: tl.constexpr, INTERPRET: tl.constexpr):
+                   SPLITS: tl.constexpr, PRECISION: tl.constexpr, INTERPRET: tl.constexpr, BY_ROW: tl.constexpr):
     b = tl.program_id(0)
     h = tl.program_id(1)  # KV head
     split = tl.program_id(2)
     slot = tl.load(rows_ptr + b).to(tl.int64)  # int64: slot * stride can pass 2^31
     kv_len = tl.minimum(tl.load(lens_ptr + b).to(tl.int32), L)
+    offs_g = tl.arange(0, G_PAD)
+    g_mask = offs_g < G
+    if BY_ROW:  # packed queries (cu_q): only rows with exactly one query are this kernel's; the others read nothing
+        t0 = tl.load(cu_ptr + b)
+        one = (tl.load(cu_ptr + b + 1) - t0) == 1
+        kv_len = tl.where(one, kv_len, 0)
+        g_mask = g_mask & one
+        tok = t0.to(tl.int64)
+    else:
+        tok = b
     chunk = tl.cdiv(tl.cdiv(kv_len, SPLITS), BLOCK_N) * BLOCK_N
     start = split * chunk
     end = tl.minimum(start + chunk, kv_len)
 
-    offs_g = tl.arange(0, G_PAD)
     offs_d = tl.arange(0, D)
-    g_mask = offs_g < G
     heads = h * G + offs_g  # query heads of this KV head
-    q = tl.load(q_ptr + b * sq_b + heads[:, None] * sq_h + offs_d[None, :], mask=g_mask[:, None], other=0.0)
+    q = tl.load(q_ptr + tok * sq_b + heads[:, None] * sq_h + offs_d[None, :], mask=g_mask[:, None], other=0.0)
     k_base = k_ptr + slot * sk_s + h * sk_h
     v_base = v_ptr + slot * sv_s + h * sv_h
 
@@ -106,7 +114,7 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, rows_ptr, lens_ptr, out_ptr, m_ptr, l_pt
 
     if SPLITS == 1:
         out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
-        tl.store(out_ptr + b * so_b + heads[:, None] * so_h + offs_d[None, :],
+        tl.store(out_ptr + tok * so_b + heads[:, None] * so_h + offs_d[None, :],
                  out.to(out_ptr.dtype.element_ty), mask=g_mask[:, None])
     else:  # partials [B, Hq, SPLITS] (and [.., D] for acc), contiguous
         part = (b * tl.num_programs(1) * G + heads) * SPLITS + split
@@ -159,21 +167,30 @@ def supports(q, k_cache, v_cache) -> bool:
             and k_cache.stride(-1) == 1 and v_cache.stride(-1) == 1)
 
 
-def decode_attention(q, k_cache, v_cache, rows, kv_lens, splits=None, block_n=64):
+def decode_attention(q, k_cache, v_cache, rows, kv_lens, splits=None, block_n=64, cu_q=None, out=None):
     """q [B, Hq, D], k_cache/v_cache [S, L, Hkv, D], rows [B] (slot of each row), kv_lens [B] -> [B, Hq, D].
 
     Row b's query is the newest of its kv_lens[b] keys (already in the cache),
     so it sees all of them: no causal mask within the row. Output in q's dtype.
     splits: KV splits per (row, KV head); None picks with `pick_splits`.
+    cu_q [B+1] (with out [N, Hq, D]): q is packed [N, Hq, D] (row b owns q[cu_q[b]:cu_q[b+1]]), and
+    only the rows with exactly one query are written, into out (a mixed forward: kernels/attention.py
+    by_row_attention); one split per row.
     """
-    B, Hq, D = q.shape
+    if cu_q is not None:
+        B = rows.shape[0]
+        Hq, D = q.shape[1:]
+        splits = 1
+    else:
+        B, Hq, D = q.shape
     L, Hkv = k_cache.shape[1], k_cache.shape[2]
     if not supports(q, k_cache, v_cache) or Hq % Hkv or k_cache.shape[3] != D or v_cache.shape != k_cache.shape:
         raise ValueError(f"decode_attention: unsupported q {tuple(q.shape)} {q.dtype}, "
                          f"cache {tuple(k_cache.shape)} {k_cache.dtype}, strides {k_cache.stride()}")
     if q.stride(-1) != 1:
         q = q.contiguous()
-    out = torch.empty(B, Hq, D, dtype=q.dtype, device=q.device)
+    if out is None:
+        out = torch.empty(B, Hq, D, dtype=q.dtype, device=q.device)
     if B == 0:
         return out
     G = Hq // Hkv
@@ -185,13 +202,13 @@ def decode_attention(q, k_cache, v_cache, rows, kv_lens, splits=None, block_n=64
     else:
         m = l = acc = out  # unused pointers
     _decode_kernel[(B, Hkv, splits)](
-        q, k_cache, v_cache, rows, kv_lens, out, m, l, acc,
+        q, k_cache, v_cache, rows, kv_lens, out, m, l, acc, kv_lens if cu_q is None else cu_q,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(1),
         L, LOG2E / math.sqrt(D),
         G=G, G_PAD=max(16, triton.next_power_of_2(G)), D=D, BLOCK_N=block_n, SPLITS=splits,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        INTERPRET=os.environ.get("TRITON_INTERPRET") == "1", num_warps=4)
+        INTERPRET=os.environ.get("TRITON_INTERPRET") == "1", BY_ROW=cu_q is not None, num_warps=4)
     if splits > 1:
         _combine_kernel[(B, Hq)](m, l, acc, out, out.stride(0), out.stride(1),
                                  SPLITS=splits, S_PAD=triton.next_power_of_2(splits), D=D, num_warps=4)

@@ -36,6 +36,8 @@ from kernels import attention
 from r1.model import CacheStep, switch
 
 MIN_Q = 16  # the Triton chunk kernel's query block
+PAD_Q = 32  # the length of a pad row in a by_row chunk
+ROW_MORE = (640, 768, 1024, 1280, 1536, 2048, 3072, 4096, 6144, 8192)  # row buckets past the generator's
 MAX_GRAPHS = 192  # captured shapes per generator; past it, new shapes run eagerly
 TOKEN_BUCKETS = tuple(sorted({b for p in range(4, 15) for b in (2 ** p, 3 * 2 ** (p - 1))}))  # 16, 24, 32, 48 .. 24576
 
@@ -44,20 +46,20 @@ def _up(x: int, buckets) -> int | None:
     return next((b for b in buckets if b >= x), None)
 
 
-def bucket(n_tokens: int, n_rows: int, max_q: int, row_buckets, max_len: int, decode_rows: int = 0):
+def bucket(n_tokens: int, n_rows: int, max_q: int, row_buckets, max_len: int, by_row: bool = False):
     """The padded shape (Np, Bp, Qp) of a chunk, or None when none fits.
 
     Qp: the power of two >= max_q (at least MIN_Q); Np: the token bucket >= n_tokens; Bp: the row
     bucket that holds the real rows and the pad rows (Np - n_tokens pad tokens, at most Qp a row).
-    A mixed step's decode_rows (one token each, already padded to a bucket) stay as they are: only
-    the chunk part after them is bucketed, so the pad is a fraction of the chunk, not of the whole.
+    by_row (chunks that extend live rows, r1/generate.py): attention needs no max_q (CacheStep.by_row),
+    so Qp is PAD_Q, the pad rows' length, whatever max_q is: one graph serves chunks of any row length.
     """
-    Qp = max(MIN_Q, 1 << (max(1, max_q) - 1).bit_length())
-    Np = _up(n_tokens - decode_rows, TOKEN_BUCKETS)
+    Qp = PAD_Q if by_row else max(MIN_Q, 1 << (max(1, max_q) - 1).bit_length())
+    Np = _up(n_tokens, TOKEN_BUCKETS)
     if Qp > max_len or Np is None:
         return None
-    Bp = _up(n_rows - decode_rows + -(-(Np - n_tokens + decode_rows) // Qp), row_buckets)
-    return None if Bp is None else (decode_rows + Np, decode_rows + Bp, Qp)
+    Bp = _up(n_rows + -(-(Np - n_tokens) // Qp), row_buckets)
+    return None if Bp is None else (Np, Bp, Qp)
 
 
 def pad(ids, pos, token_rows, rows, cu, kv_lens, shape, scratch: int):
@@ -110,7 +112,9 @@ class ChunkGraphs:
     """Captured chunk forwards of one generator's model and cache."""
 
     def __init__(self, generator, row_buckets):
-        self.gen, self.row_buckets = generator, row_buckets
+        self.gen = generator
+        # a mixed step holds every running row and the continuations (and pad rows): past the decode buckets
+        self.row_buckets = tuple(row_buckets) + tuple(b for b in ROW_MORE if b > max(row_buckets))
         self.graphs: dict = {}
         self.pool = None
         self.out = None  # [top, hidden]: every graph writes its hidden states here
@@ -121,27 +125,27 @@ class ChunkGraphs:
         self.calls = {"graph": 0, "eager": 0}
         self.failed: set = set()  # kinds (fresh True/False) whose capture failed: eager from then on
 
-    def run(self, ids, pos, token_rows, rows, cu, kv_lens, fresh: bool, dev_ids=None, decode_rows: int = 0):
+    def run(self, ids, pos, token_rows, rows, cu, kv_lens, fresh: bool, dev_ids=None):
         """Hidden states [N, hidden] of the chunk from a graph, or None (the caller runs it eagerly).
 
-        dev_ids (a device tensor) replaces the first len(dev_ids) ids; decode_rows: a mixed step's
-        decode rows (r1/generate.py _mixed_step), one token each, first. The result is a view of the
-        shared output buffer: read it before the next run."""
+        Chunks that are not fresh run by_row (CacheStep.by_row: rows of any length, a mixed step's decode
+        rows among them). dev_ids (a device tensor) replaces the first len(dev_ids) ids. The result is a
+        view of the shared output buffer: read it before the next run."""
         shape = None
         if self.on and fresh not in self.failed:
-            max_q = max(b - a for a, b in zip(cu[decode_rows:], cu[decode_rows + 1:]))
-            shape = bucket(len(ids), len(rows), max_q, self.row_buckets, self.gen.max_len, decode_rows)
+            max_q = max(b - a for a, b in zip(cu, cu[1:]))
+            shape = bucket(len(ids), len(rows), max_q, self.row_buckets, self.gen.max_len, by_row=not fresh)
         if shape is None or shape[0] > self.top:
             self.calls["eager"] += 1
             return None
-        key = (fresh, decode_rows, *shape)
+        key = (fresh, *shape)
         g = self.graphs.get(key)
         inputs = pad(ids, pos, token_rows, rows, cu, kv_lens, shape, self.gen.scratch)
         if g is not None:
             _fill(g, inputs)
         elif len(self.graphs) < MAX_GRAPHS:  # the capture's static inputs hold this chunk already
             try:
-                g = self.graphs[key] = self._capture(shape, fresh, inputs, decode_rows)
+                g = self.graphs[key] = self._capture(shape, fresh, inputs)
             except Exception as e:  # noqa: BLE001 (e.g. an op that needs the host): this kind runs eagerly
                 self.failed.add(fresh)
                 kind = "first-prompt" if fresh else "continuation"
@@ -156,7 +160,7 @@ class ChunkGraphs:
         self.calls["graph"] += 1
         return self.out[:len(ids)]
 
-    def _capture(self, shape, fresh, inputs, decode_rows: int = 0):
+    def _capture(self, shape, fresh, inputs):
         """Static inputs holding this chunk, two warm-up forwards on a side stream (compiles, autotuning),
         then the capture. The warm-ups compute this chunk: they write the keys and values the replay
         writes again, the same values."""
@@ -172,7 +176,7 @@ class ChunkGraphs:
 
         def run():
             step = CacheStep(rows=g["rows"], token_rows=g["token_rows"], cu_q=g["cu"], max_q=Qp,
-                             kv_lens=g["kv_lens"], fresh=fresh, decode_rows=decode_rows)
+                             kv_lens=g["kv_lens"], fresh=fresh, by_row=not fresh)
             self.out[:Np].copy_(gen.model.hidden(g["ids"], g["pos"], cache=gen.cache, step=step))
 
         g["graph"], _ = capture(run, pool=self.pool, mode="thread_local")

@@ -49,10 +49,11 @@ that chunk (a few hundred tokens over a few dozen rows) reads every weight
 once more and runs its matmuls at a small M, while the other rows wait.
 With `mix`, launch() puts the continuations it admits into the first decode
 step of the chunk: one forward holds the running rows' next tokens (one per
-row, first, padded to a bucket) and the continuations' suffixes, each
+row) and the continuations' suffixes, each
 continuation samples its first token there and decodes the other steps with
-the rest. Attention splits the two parts (decode kernel, chunk kernel:
-CacheStep.decode_rows). Tokens are the same as with separate forwards, up
+the rest. Attention takes each row with the kernel its length wants (one
+token: decode; more: chunk), on the device (CacheStep.by_row), so one chunk
+graph per (tokens, rows) bucket serves every mix. Tokens are the same as with separate forwards, up
 to the rounding of another matmul shape. First prompts keep their own
 forward (the packed training kernel).
 
@@ -482,11 +483,11 @@ class Generator:
             return pair
         return tuple(t.to("cpu", non_blocking=True) for t in pair)
 
-    def _forward_chunk(self, batch, dev_ids=None, decode_rows: int = 0):
+    def _forward_chunk(self, batch, dev_ids=None):
         """batch of (slot, start, ids): write ids at positions start.. of the slot -> hidden [N, H].
 
         dev_ids: a device tensor that replaces the first len(dev_ids) ids (decode rows' last tokens, which
-        stay on the device); decode_rows: the first rows bring one token each (a mixed step)."""
+        stay on the device). Chunks that extend live rows run by_row (rows of any length)."""
         ids, pos, token_rows, cu = [], [], [], [0]
         for i, (_, start, toks) in enumerate(batch):
             ids += toks
@@ -497,7 +498,7 @@ class Generator:
         fresh = all(s == 0 for _, s, _ in batch)
         h = None
         if self.chunk_graphs:
-            h = self.chunk_graphs.run(ids, pos, token_rows, rows, cu, kv_lens, fresh, dev_ids, decode_rows)
+            h = self.chunk_graphs.run(ids, pos, token_rows, rows, cu, kv_lens, fresh, dev_ids)
         if h is not None:
             return h
         ids = self._to_device(ids)
@@ -511,7 +512,7 @@ class Generator:
             kv_lens=self._to_device(kv_lens, torch.int32),
             fresh=fresh,
             max_kv=max(kv_lens),
-            decode_rows=decode_rows,
+            by_row=not fresh,
         )
         return self.model.hidden(ids, self._to_device(pos), cache=self.cache, step=step)
 
@@ -556,14 +557,12 @@ class Generator:
         """One forward of the decode rows' next tokens (their last_tok, at r.pos) and the joining rows'
         uncached prompt suffixes -> (tokens [B], logprobs [B]) sampled at the next position of each.
 
-        Decode rows come first, one token each, padded with scratch rows to a bucket (the chunk graph's
-        shape), so attention splits them from the chunks (CacheStep.decode_rows)."""
+        Decode rows come first, one token each; attention takes each row with the kernel its length
+        wants (CacheStep.by_row), so the chunk graph is keyed by token and row counts only."""
         k = len(rows)
-        kp = next((b for b in BUCKETS if b >= k), k) if self.chunk_graphs and k else k
-        batch = ([(r.slot, r.pos, [0]) for r in rows] + [(self.scratch, 0, [0])] * (kp - k)
-                 + [(j.slot, j.pos, j.prompt[j.pos:]) for j in joining])
-        h = self._forward_chunk(batch, self.last_tok[slots[:k]] if k else None, kp)  # dev_ids, decode_rows
-        ends, end = list(range(k)), kp - 1
+        batch = [(r.slot, r.pos, [0]) for r in rows] + [(j.slot, j.pos, j.prompt[j.pos:]) for j in joining]
+        h = self._forward_chunk(batch, self.last_tok[slots[:k]] if k else None)
+        ends, end = list(range(k)), k - 1
         for j in joining:
             end += len(j.prompt) - j.pos
             ends.append(end)

@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from kernels.attention import cache_attention, varlen_attention
+from kernels.attention import block_map, cache_attention, varlen_attention
 from kernels.logprob import logprob_entropy
 
 ARCHS = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
@@ -252,9 +252,10 @@ class CacheStep:
     The write position of a token is its position id. `fresh` (every row's
     tokens start at position 0) lets a first prefill attend within the packed
     new tokens, with the training kernel, instead of reading the cache.
-    `decode_rows` (a mixed step, r1/generate.py): the first rows bring one
-    token each (decode rows), the rest chunks; attention runs each part with
-    its own kernel (kernels/attention.py cache_attention).
+    `by_row` (chunks that extend live rows: continuations, and the mixed step
+    of r1/generate.py, where decode rows bring one token each): attention
+    dispatches on the device per row (kernels/attention.py by_row_attention),
+    through a block map made once per forward, so a graph needs no max_q.
     """
     rows: torch.Tensor
     token_rows: torch.Tensor
@@ -264,8 +265,8 @@ class CacheStep:
     fresh: bool = False  # every row starts at position 0: attend within the new tokens (packed flash path)
     max_kv: int = 0  # max of kv_lens as a host int (0 = unknown): bounds the keys a chunk reads
     token_slots: torch.Tensor | None = None  # rows[token_rows], the slot of each token: set once per forward
-    decode_rows: int = 0  # the first rows have one token each: decode attention for them, chunks for the rest
-    chunk_cu: torch.Tensor | None = None  # cu_q[decode_rows:] - decode_rows: set once per forward
+    by_row: bool = False  # rows of any length (one token: decode kernel; more: chunk kernel)
+    blocks: tuple | None = None  # by_row on CUDA: kernels.attention.block_map(cu_q): set once per forward
 
 
 class Attention(nn.Module):
@@ -307,7 +308,7 @@ class Attention(nn.Module):
                 out = varlen_attention(q, k, v, step.cu_q, step.max_q)
             else:
                 out = cache_attention(q, k_cache, v_cache, step.cu_q, step.max_q, step.rows, step.kv_lens,
-                                      max_kv=step.max_kv, decode_rows=step.decode_rows, chunk_cu=step.chunk_cu)
+                                      max_kv=step.max_kv, blocks=step.blocks)
         return self.o_proj(out.reshape(n, cfg.num_heads * cfg.head_dim))
 
 
@@ -477,8 +478,8 @@ class Transformer(nn.Module):
         cos, sin = rope_cos_sin(position_ids, self.cfg.head_dim, self.cfg.rope_theta, x.dtype)
         if step is not None and step.token_slots is None:  # every layer writes its keys to the same slots
             step = replace(step, token_slots=step.rows[step.token_rows])
-        if step is not None and step.decode_rows and step.chunk_cu is None:  # every layer splits the same way
-            step = replace(step, chunk_cu=step.cu_q[step.decode_rows:] - step.decode_rows)
+        if step is not None and step.by_row and step.blocks is None and step.cu_q.is_cuda:  # one map, every layer
+            step = replace(step, blocks=block_map(step.cu_q, input_ids.shape[0] // 16 + step.rows.shape[0]))
         packed = (cu_seqlens, max_seqlen)
         for i, layer in enumerate(self.model.layers):
             kv = None if cache is None else (cache.k[i], cache.v[i])

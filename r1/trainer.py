@@ -362,12 +362,13 @@ class Trainer:
         cfg, algo = self.cfg, self.cfg.algo
         t0 = time.time()
         graphs = self.gen.chunk_graphs
-        eager = graphs.calls["eager"] if graphs else 0
+        eager, captured = (graphs.calls["eager"], len(graphs.graphs)) if graphs else (0, 0)
         with phase("r1.rollout"):
             played = self.rollout(it)
         t_roll = time.time() - t0
         eager = graphs.calls["eager"] - eager if graphs else 0  # prefill chunks outside CUDA graphs (0 expected
         # where chunk graphs are usable: bf16/fp16 with torch's flash kernels; otherwise every chunk)
+        captured = len(graphs.graphs) - captured if graphs else 0  # chunk shapes first met in this rollout
         trajs = self.trained_trajectories(played)
         t1 = time.time()
         with phase("r1.score"):
@@ -393,7 +394,7 @@ class Trainer:
         metrics.update(
             time_rollout=t_roll, time_score=t_score, time_train=t_train, lr=self.sched.get_last_lr()[0],
             rollout_tok_s=float(distributed.all_sum(n_roll, self.d)) / max(t_roll, 1e-9),
-            **({"rollout_eager_chunks": eager} if graphs else {}),
+            **({"rollout_eager_chunks": eager, "rollout_graph_captures": captured} if graphs else {}),
             train_tok_s=float(distributed.all_sum(n_train, self.d)) * algo.ppo_epochs / max(t_train, 1e-9),
         )
         if self.device.type == "cuda":

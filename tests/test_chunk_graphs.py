@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from r1.chunk_graphs import MIN_Q, TOKEN_BUCKETS, bucket, pad
+from r1.chunk_graphs import MIN_Q, PAD_Q, TOKEN_BUCKETS, bucket, pad
 from r1.generate import BUCKETS, Generator, Sampling
 from r1.model import CacheStep, KVCache, Transformer, tiny_config
 
@@ -31,6 +31,9 @@ def test_bucket_holds_every_chunk():
         assert (Bp - B) * Qp >= Np - N
     assert bucket(10, 2, 600, BUCKETS, 512) is None  # a row longer than the cache's positions: eager
     assert bucket(64, 4, 16, BUCKETS, 2048) == (64, 4, 16)  # exact fit: no pad row
+    # chunks that extend live rows (by_row) need no max_q: their shape does not depend on it, pad rows of PAD_Q
+    assert bucket(100, 5, 90, BUCKETS, 2048, by_row=True) == bucket(100, 5, 1, BUCKETS, 2048, by_row=True) == (
+        128, 8, PAD_Q)
 
 
 def test_pad_layout():
@@ -120,20 +123,19 @@ def test_gpu_chunk_graphs_match_eager_chunks(arch):
     for r in rows[:2]:
         r.prompt = r.prompt + [rng.randrange(256) for _ in range(rng.randint(1, 40))]
     batches.append(([(r.slot, len(r.prompt) - n, r.prompt[-n:]) for r, n in zip(rows[:2], (7, 20))], None, 0))
-    # a mixed step: row 1 decodes one token (its id on the device), padded to 2 decode rows with the
-    # scratch slot, and row 0 appends 5 more tokens
-    new = [rng.randrange(256) for _ in range(5)]
-    mixed = [(1, len(rows[2].prompt), [0]), (graphed.scratch, 0, [0]), (0, len(rows[0].prompt), new)]
-    batches.append((mixed, torch.tensor([rng.randrange(256)], device="cuda"), 2))
+    # a mixed step: row 1 decodes one token (its id on the device) and row 0 appends 25 more tokens
+    new = [rng.randrange(256) for _ in range(25)]
+    mixed = [(1, len(rows[2].prompt), [0]), (0, len(rows[0].prompt), new)]
+    batches.append((mixed, torch.tensor([rng.randrange(256)], device="cuda")))
     with torch.no_grad():
-        for batch, dev_ids, k in batches:
-            a = graphed._forward_chunk(batch, dev_ids, k)
-            b = eager._forward_chunk(batch, dev_ids, k)
-            assert a.shape == b.shape and (a.float()[:1] - b.float()[:1]).abs().max() < 0.05
-            assert (a.float()[k:] - b.float()[k:]).abs().max() < 0.05  # decode pad rows: scratch, not compared
-            a2 = graphed._forward_chunk(batch, dev_ids, k)  # a replay of the captured graph, same result
-            assert torch.equal(a[:1], a2[:1]) and torch.equal(a[k:], a2[k:])
-    assert graphed.chunk_graphs.calls["graph"] == 6 and len(graphed.chunk_graphs.graphs) == 3
+        for batch, dev_ids in batches:
+            a, b = graphed._forward_chunk(batch, dev_ids), eager._forward_chunk(batch, dev_ids)
+            assert a.shape == b.shape and (a.float() - b.float()).abs().max() < 0.05
+            a2 = graphed._forward_chunk(batch, dev_ids)  # a replay of the captured graph, same result
+            assert torch.equal(a, a2)
+    # the continuation (27 tokens, 2 rows, the longest 20) and the mixed step (26 tokens, 2 rows, the longest
+    # 25) share their token and row buckets: by_row chunks need no max_q, so one graph serves both
+    assert graphed.chunk_graphs.calls["graph"] == 6 and len(graphed.chunk_graphs.graphs) == 2
     rows[0].prompt += new
     for r in rows:
         n = len(r.prompt)

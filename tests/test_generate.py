@@ -475,7 +475,7 @@ def test_a_continuation_joins_the_decode_step_of_its_chunk():
     model = tiny(seed=4)
     forwards = []
     hidden = model.hidden
-    model.hidden = lambda *a, **k: forwards.append(k["step"].decode_rows) or hidden(*a, **k)
+    model.hidden = lambda *a, **k: forwards.append((k["step"].by_row, a[0].shape[0])) or hidden(*a, **k)
     got = []
     for mix in (False, True):
         gen = Generator(model, 2, 64, sync_every=2, mix=mix, sampling=Sampling(temperature=1.0, seed=1))
@@ -486,7 +486,8 @@ def test_a_continuation_joins_the_decode_step_of_its_chunk():
         forwards.clear()
         gen.submit("short", c.prompt_ids + c.token_ids + [10, 11, 12], 4)
         gen.step()
-        assert forwards == ([1, 0] if mix else [0, 0, 0])  # chunk of 2 steps; mixed: the first holds the prefill
+        # a chunk of 2 steps; mixed: the first forward holds the decode row's token and the 4 new ids
+        assert forwards == ([(True, 5), (False, 2)] if mix else [(True, 4), (False, 2), (False, 2)])
         got.append(run_until_done(gen) + [c])
     model.hidden = hidden
     key = lambda cs: sorted((c.key, c.prompt_ids, c.token_ids) for c in cs)  # noqa: E731
