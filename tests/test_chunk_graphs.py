@@ -119,10 +119,10 @@ def test_gpu_chunk_graphs_match_eager_chunks(arch):
     rng = random.Random(0)
     rows = [SimpleNamespace(slot=s, prompt=[rng.randrange(256) for _ in range(rng.randint(5, 50))])
             for s in (3, 0, 1)]
-    batches = [([(r.slot, 0, r.prompt) for r in rows], None, 0)]
+    batches = [([(r.slot, 0, r.prompt) for r in rows], None)]
     for r in rows[:2]:
         r.prompt = r.prompt + [rng.randrange(256) for _ in range(rng.randint(1, 40))]
-    batches.append(([(r.slot, len(r.prompt) - n, r.prompt[-n:]) for r, n in zip(rows[:2], (7, 20))], None, 0))
+    batches.append(([(r.slot, len(r.prompt) - n, r.prompt[-n:]) for r, n in zip(rows[:2], (7, 20))], None))
     # a mixed step: row 1 decodes one token (its id on the device) and row 0 appends 25 more tokens
     new = [rng.randrange(256) for _ in range(25)]
     mixed = [(1, len(rows[2].prompt), [0]), (0, len(rows[0].prompt), new)]
