@@ -24,9 +24,13 @@ capture falls back to the eager forward (a failed capture turns graphs off
 for that kind of chunk, first prompts or continuations, with one printed line).
 
 Used only where the attention of a chunk needs no host value but the bucket's
-max_q: the Triton chunk kernel (continuations) and torch's varlen
-FlashAttention (first prompts), CUDA fp16/bf16, with no R1_ATTN / R1_CHUNKS
-override. R1_CHUNK_GRAPHS=0 turns it off (for comparisons).
+max_q: torch's varlen FlashAttention (first prompts) and, for chunks that
+extend live rows (continuations, and the generator's mixed steps, where decode
+rows bring one token each), the Triton decode and chunk kernels by row
+(CacheStep.by_row), which need not even max_q: those graphs are keyed by token
+and row buckets only, with pad rows of PAD_Q tokens, so the shapes a rollout
+meets stop being new after a few iterations. CUDA fp16/bf16, with no R1_ATTN /
+R1_CHUNKS override. R1_CHUNK_GRAPHS=0 turns it off (for comparisons).
 """
 import os
 
