@@ -362,13 +362,14 @@ class Trainer:
         cfg, algo = self.cfg, self.cfg.algo
         t0 = time.time()
         graphs = self.gen.chunk_graphs
-        eager, captured = (graphs.calls["eager"], len(graphs.graphs)) if graphs else (0, 0)
+        eager, captured = (graphs.calls["eager"], len(graphs.graphs) + len(self.gen.graphs)) if graphs else (0, 0)
         with phase("r1.rollout"):
             played = self.rollout(it)
         t_roll = time.time() - t0
         eager = graphs.calls["eager"] - eager if graphs else 0  # prefill chunks outside CUDA graphs (0 expected
         # where chunk graphs are usable: bf16/fp16 with torch's flash kernels; otherwise every chunk)
-        captured = len(graphs.graphs) - captured if graphs else 0  # chunk shapes first met in this rollout
+        captured = len(graphs.graphs) + len(self.gen.graphs) - captured if graphs else 0  # CUDA graphs (chunks and
+        # decode steps) first captured in this rollout: shapes met for the first time
         trajs = self.trained_trajectories(played)
         t1 = time.time()
         with phase("r1.score"):
@@ -657,6 +658,7 @@ class Trainer:
 
         cfg = self.cfg
         t0 = time.time()
+        failed = True
         try:
             for it in range(self.start, cfg.train.steps):
                 with maybe_profile(cfg.run.dir, it + 1, self.d.rank) as prof:  # R1_PROFILE=it + 1 (r1/profiler.py)
@@ -682,9 +684,14 @@ class Trainer:
                               f"checkpointed, exporting hf/", flush=True)
                     break
             self.export()
+            failed = False
         finally:
             try:
                 self.saver.close()
+            except OSError as e:  # a trajectory file not written: an error, unless another one is on its way out
+                if not failed:
+                    raise
+                warnings.warn(f"the last trajectory file was not written ({e})")
             finally:
                 self.logger.close()
 

@@ -237,6 +237,8 @@ class Saver:
 
     def save(self, trajs: list, path: str, tokenizer=None):
         self.wait()
+        if tokenizer is not None:  # the header's fingerprint is computed (then cached) on the caller's thread
+            tokenizer_id(tokenizer)
         self.pending = self.pool.submit(save, list(trajs), path, tokenizer)
 
     def wait(self):

@@ -522,9 +522,12 @@ def test_gpu_a_launch_in_flight_changes_no_token(dtype):
     for overlap, mix in ((False, False), (True, False), (True, True)):
         gen = Generator(model, 3, 80, stop_ids=stop, sync_every=3, overlap=overlap, mix=mix, cuda_graphs=True,
                         sampling=Sampling(temperature=1.0, seed=4))
+        mixed, step = [], gen._mixed_step
+        gen._mixed_step = lambda *a: mixed.append(len(a[1])) or step(*a)  # a[1]: the joining rows
         runs.append(play_episodes(gen, starts, [3, 1, 4, 2, 2], pipelined=overlap)[0])
-        if mix and dtype == torch.bfloat16:  # the mixed steps ran in chunk graphs
-            assert gen.chunk_graphs.calls["graph"] > 0 and any(k[1] for k in gen.chunk_graphs.graphs)
+        assert bool(mixed) == mix
+        if mix and dtype == torch.bfloat16:  # the mixed steps ran in by-row chunk graphs, none eagerly
+            assert gen.chunk_graphs.calls["eager"] == 0 and any(not k[0] for k in gen.chunk_graphs.graphs)
     assert sum(len(v) for v in runs[0].values()) == 12
     tokens = [{k: [t for _, t, _, _ in v] for k, v in run.items()} for run in runs]
     assert tokens[1] == tokens[0] and tokens[2] == tokens[0]

@@ -487,6 +487,33 @@ def test_one_episode_with_nan_logprobs_is_finished_not_a_crash(tmp_path):
     assert saved[1].termination == "nonfinite_logprobs" and saved[1].steps == []
 
 
+def test_a_failed_trajectory_write_is_an_error_but_never_hides_the_one_that_stopped_training(tmp_path):
+    """Trajectory files are written in the background (r1.trajectory.Saver): a write that failed is raised
+    when training ends; when training stopped on an error of its own, that error is the one raised."""
+    from concurrent.futures import Future
+
+    from r1.trainer import TrainingStopped
+
+    def failed_write():
+        f = Future()
+        f.set_exception(OSError("No space left on device"))
+        return f
+
+    t = fresh_trainer(tmp_path, "train.steps=1")
+    t.saver.pending = failed_write()
+    with pytest.raises(OSError, match="No space left"):
+        t.fit()
+
+    def stop(it):
+        t.saver.pending = failed_write()
+        raise TrainingStopped("iteration 1: the policy's weights are not finite")
+    t = fresh_trainer(tmp_path / "b", "train.steps=1")
+    t.iteration = stop
+    with pytest.warns(UserWarning, match="trajectory file was not written"):
+        with pytest.raises(TrainingStopped, match="not finite"):
+            t.fit()
+
+
 def test_a_policy_with_nan_logits_stops_with_one_line(tmp_path):
     """main: every logprob NaN, every token id 0, training went on (only sign: logprob_gap_mean null)."""
     from r1.trainer import TrainingStopped
