@@ -142,9 +142,9 @@ def cache_attention(q, k_cache, v_cache, cu_q, max_q: int, rows, kv_lens, backen
     length, decode rows among them (a mixed step, r1/generate.py): where the Triton
     chunk kernel is the backend, by_row_attention takes them (no max_q needed).
     """
-    B = rows.shape[0]
     picked = backend is None and not os.environ.get("R1_ATTN")
     backend = backend or pick_backend(q)
+    B = rows.shape[0]
     decode = q.shape[0] == B and max_q == 1
     if picked and backend == "math" and (max_kv > 0 or decode):
         # No GPU kernel applies (the CPU, fp32 on CUDA): the batched SDPA calls (one per layer, not one

@@ -122,9 +122,8 @@ class ChunkGraphs:
         self.graphs: dict = {}
         self.pool = None
         self.out = None  # [top, hidden]: every graph writes its hidden states here
-        # the largest Np: a chunk's token budget, plus one token per slot (bucketed) in a mixed step
-        self.top = ((_up(generator.prefill_tokens, TOKEN_BUCKETS) or TOKEN_BUCKETS[-1])
-                    + (_up(generator.slots, row_buckets) or generator.slots))
+        # the largest Np: a chunk's token budget, plus one token per slot in a mixed step
+        self.top = _up(generator.prefill_tokens + generator.slots, TOKEN_BUCKETS) or TOKEN_BUCKETS[-1]
         self.on = usable(generator.model, generator)
         self.calls = {"graph": 0, "eager": 0}
         self.failed: set = set()  # kinds (fresh True/False) whose capture failed: eager from then on

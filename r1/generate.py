@@ -529,20 +529,19 @@ class Generator:
         B = len(every)
         Bp = next((b for b in BUCKETS if b >= B), B) if self.cuda_graphs else B
         pad = Bp - B
-        slots, seeds = self._to_device([[r.slot for r in every] + [self.scratch] * pad,
-                                        [r.seed for r in every] + [0] * pad])
+        # where each row feeds its next token in the loop below (after the mixed step, if any)
+        at = [r.pos + 1 for r in rows] + [len(j.prompt) for j in joining] if joining else [r.pos for r in rows]
+        slots, seeds, pos = self._to_device([[r.slot for r in every] + [self.scratch] * pad,
+                                             [r.seed for r in every] + [0] * pad, at + [0] * pad])
         out_tok = torch.empty(n, Bp, dtype=torch.long, device=self.device)
         out_lp = torch.empty(n, Bp, dtype=torch.float32, device=self.device)
-        if joining:
-            tok, lp = self._mixed_step(rows, joining, slots, seeds)
+        if joining:  # sampled at the positions the loop then feeds them at
+            tok, lp = self._mixed_step(rows, joining, slots, seeds[:B], pos[:B])
             out_tok[0, :B], out_lp[0, :B] = tok, lp
             if pad:
                 tok = torch.cat([tok, torch.zeros(pad, dtype=tok.dtype, device=tok.device)])
-            at = [r.pos + 1 for r in rows] + [len(j.prompt) for j in joining]  # where each feeds next
         else:
             tok = self.last_tok[slots]
-            at = [r.pos for r in rows]
-        pos = self._to_device(at + [0] * pad)
         longest = max(at) + 1  # keys of the longest row at the first step fed here (host-side)
         first = 1 if joining else 0
         for i in range(first, n):
@@ -553,9 +552,9 @@ class Generator:
         self.last_tok[slots] = tok  # pad rows write the scratch slot's entry, which no row feeds
         return out_tok, out_lp
 
-    def _mixed_step(self, rows, joining, slots, seeds):
+    def _mixed_step(self, rows, joining, slots, seeds, positions):
         """One forward of the decode rows' next tokens (their last_tok, at r.pos) and the joining rows'
-        uncached prompt suffixes -> (tokens [B], logprobs [B]) sampled at the next position of each.
+        uncached prompt suffixes -> (tokens [B], logprobs [B]) sampled at `positions` (the next of each).
 
         Decode rows come first, one token each; attention takes each row with the kernel its length
         wants (CacheStep.by_row), so the chunk graph is keyed by token and row counts only."""
@@ -566,10 +565,8 @@ class Generator:
         for j in joining:
             end += len(j.prompt) - j.pos
             ends.append(end)
-        B = k + len(joining)
-        meta = self._to_device([ends, [r.pos + 1 for r in rows] + [len(j.prompt) for j in joining]])
-        logits = self.model.head(h.index_select(0, meta[0]))  # a copy: h may be a graph's output buffer
-        return sample(logits, self.sampling, seeds[:B], meta[1])
+        logits = self.model.head(h.index_select(0, self._to_device(ends)))  # a copy: h may be a graph's buffer
+        return sample(logits, self.sampling, seeds, positions)
 
     def _collect_launch(self, rec: _Launch) -> list[Completion]:
         """The host side of one launch: wait for its event (not for younger launches), append its tokens
