@@ -11,6 +11,7 @@ previous checkpoint.
 import copy
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -58,7 +59,8 @@ def trained(tmp_path_factory):
     trainer = Trainer(load_config(SMOKE, [f"run.dir={run}", *TINY]))
     m = trainer.iteration(0)
     assert m["skipped_updates"] == 0 and trainer.opt.state_dict()["state"]
-    return trainer
+    yield trainer
+    shutil.rmtree(os.path.dirname(run), ignore_errors=True)  # module-scoped: pytest's retention policy never removes it
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])

@@ -7,8 +7,9 @@ margin of hours (the inputs take hours when the handling is quadratic) or by a c
 import gzip
 import json
 import os
-import re
 import pickle
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -156,7 +157,8 @@ def base_run(tmp_path_factory):
 
     run = tmp_path_factory.mktemp("rel2") / "run"
     train.main(["--config", SMOKE, *TINY, f"run.dir={run}"])
-    return run
+    yield run
+    shutil.rmtree(run.parent, ignore_errors=True)  # module-scoped: pytest's retention policy never removes it
 
 
 def copy_run(base_run, tmp_path):

@@ -15,6 +15,7 @@ the aggregation's the trajectory).
 """
 import math
 import random
+import shutil
 
 import pytest
 import torch
@@ -80,7 +81,8 @@ def trainer(tmp_path_factory, tok_dir):
     cfg = load_config(SMOKE, [f"run.dir={run}", f"model.tokenizer={tok_dir}", "algo.advantage=grpo",
                               "algo.kl_coef=0", "algo.entropy_coef=0", "algo.minibatches=1", "train.grad_clip=0",
                               "log.tensorboard=false", "log.trajectories=false"])
-    return Trainer(cfg)
+    yield Trainer(cfg)
+    shutil.rmtree(run.parent, ignore_errors=True)  # module-scoped: pytest's retention policy never removes it
 
 
 @pytest.mark.parametrize("append_only", [True, False])
