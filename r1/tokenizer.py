@@ -58,6 +58,7 @@ PROBE = {"tool": "r1_probe_tool_2d7a", "call": "r1_probe_call_9e41", "arg": "r1-
 
 PIECE_CACHE_MIN = 512  # characters: texts and pieces shorter than this are encoded as they come
 PIECE_CACHE_SIZE = 256  # pieces kept (cleared when full)
+NEXT_CACHE_SIZE = 4096  # render_next results kept (cleared when full)
 
 
 def _added_token_splitter(hf):
@@ -146,6 +147,7 @@ class ChatTokenizer:
         self.eos_id: int = hf.eos_token_id
         self.pad_id: int = hf.pad_token_id if hf.pad_token_id is not None else hf.eos_token_id
         self._closes: dict = {}  # tools (as JSON) -> the template's closing text: one render, not one per turn
+        self._next: dict = {}  # (new messages, tools as JSON, add_generation_prompt) -> render_next's ids
         self._close_ids = None  # encode(_close_text()), for close_turn_ids
         special = {i: t.content for i, t in hf.added_tokens_decoder.items() if t.special}
         self.special_tokens = set(special.values())
@@ -178,9 +180,11 @@ class ChatTokenizer:
         The tokenizer splits a text at its added tokens before anything else runs, then encodes each
         piece alone; so the ids of a piece do not depend on its neighbours, and the long system prompt
         every episode of a task starts with (1,083 characters of tool schemas for GSM8K: most of a
-        first prompt's 1.4 ms) is encoded once. Only for tokenizers where that split is all that added
-        tokens do (_added_token_splitter); tests/test_tokenizer.py checks it against hf.encode."""
-        if self._split is None or len(text) < PIECE_CACHE_MIN:
+        first prompt's 1.4 ms) is encoded once. Short texts take the same path: hf.encode goes through
+        transformers' batch machinery (encode_batch), a third of an observation's encoding time. Only for
+        tokenizers where that split is all that added tokens do (_added_token_splitter);
+        tests/test_tokenizer.py checks it against hf.encode."""
+        if self._split is None:
             return self.hf.encode(text, add_special_tokens=False)
         pattern, token_ids = self._split
         parts = [p for p in pattern.split(text) if p]
@@ -236,10 +240,25 @@ class ChatTokenizer:
         """Ids of the next turn(s), to append after held ids that end with a closed assistant turn.
 
         "Closed" means the sampled response ids followed by `close_turn_ids(response)`.
+
+        Memoised: an environment's observations repeat (90% of the calculator's results in 512 GSM8K
+        episodes are a number seen before), and the chat template and encoding are most of an
+        environment step's host time (docs/LOG.md, ninth session). The ids depend only on the key.
         """
         new_messages = _normalize_messages(new_messages)
+        tools_key = _tools_key(tools)
+        key = (json.dumps(new_messages, sort_keys=True, default=str), tools_key, bool(add_generation_prompt))
+        ids = self._next.get(key)
+        if ids is None:
+            ids = tuple(self._render_next(new_messages, tools, tools_key, add_generation_prompt))
+            if len(self._next) >= NEXT_CACHE_SIZE:
+                self._next.clear()
+            self._next[key] = ids
+        return list(ids)
+
+    def _render_next(self, new_messages, tools, tools_key, add_generation_prompt) -> list[int]:
         dummy = [{"role": "user", "content": DUMMY_USER}, {"role": "assistant", "content": DUMMY_ASSISTANT}]
-        close = self._close_text(tools)
+        close = self._close_text(tools, tools_key)
         full = self.render_text(dummy + new_messages, tools, add_generation_prompt)
         anchor = DUMMY_ASSISTANT + close
         at = full.find(anchor)
@@ -268,9 +287,9 @@ class ChatTokenizer:
                 return close[k:]
         return close
 
-    def _close_text(self, tools=None) -> str:
+    def _close_text(self, tools=None, key=None) -> str:
         """What the template writes after an assistant message's content (cached per tool list)."""
-        key = json.dumps(tools, sort_keys=True, default=str) if tools else ""
+        key = _tools_key(tools) if key is None else key
         close = self._closes.get(key)
         if close is None:
             dummy = [{"role": "user", "content": DUMMY_USER}, {"role": "assistant", "content": DUMMY_ASSISTANT}]
@@ -294,6 +313,10 @@ class ChatTokenizer:
                 text = ""
             self._native = all(marker in text for marker in PROBE.values())
         return self._native
+
+
+def _tools_key(tools) -> str:
+    return json.dumps(tools, sort_keys=True, default=str) if tools else ""
 
 
 def _normalize_messages(messages) -> list[dict]:

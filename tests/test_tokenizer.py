@@ -266,3 +266,29 @@ def test_piece_cache_is_off_where_a_piece_depends_on_its_place():
     assert _added_token_splitter(hf) is None
     text = "a" * 10 + "<|im_start|>" + "x" * 600
     assert ChatTokenizer(hf, "metaspace-first").encode(text) == hf.encode(text, add_special_tokens=False)
+
+
+def test_render_next_memo_is_keyed_by_everything_that_shapes_the_ids(tok, monkeypatch):
+    """render_next keeps its results: a repeated observation gives the ids of a fresh render; the messages,
+    the tools and add_generation_prompt each change the key; a caller that edits the list it got does not
+    change the next answer; the memo is cleared when full."""
+    import r1.tokenizer as T
+
+    obs = [{"role": "tool", "name": "calculator", "content": "12"}]
+    fresh = tok._render_next(T._normalize_messages(obs), [CALC], T._tools_key([CALC]), True)
+    first = tok.render_next(obs, tools=[CALC])
+    assert first == fresh
+    first.append(-1)  # the caller's list is its own
+    assert tok.render_next(obs, tools=[CALC]) == fresh
+    tok._next.clear()
+    calls = [(obs, None, True), (obs, [CALC], True), (obs, [CALC], False),
+             ([{**obs[0], "content": "13"}], [CALC], True)]
+    for messages, tools, gen in calls + calls:  # twice: the second pass reads the memo
+        assert tok.render_next(messages, tools=tools, add_generation_prompt=gen) == tok._render_next(
+            T._normalize_messages(messages), tools, T._tools_key(tools), gen)
+    assert len(tok._next) == len(calls)  # one entry per key
+    assert tok.render_next(obs, tools=[CALC], add_generation_prompt=False) != fresh
+    monkeypatch.setattr(T, "NEXT_CACHE_SIZE", 3)
+    for k in range(5):
+        tok.render_next([{"role": "user", "content": f"q{k}"}])
+    assert len(tok._next) <= 3
