@@ -147,7 +147,7 @@ class ChatTokenizer:
         self.eos_id: int = hf.eos_token_id
         self.pad_id: int = hf.pad_token_id if hf.pad_token_id is not None else hf.eos_token_id
         self._closes: dict = {}  # tools (as JSON) -> the template's closing text: one render, not one per turn
-        self._next: dict = {}  # (new messages, tools as JSON, add_generation_prompt) -> render_next's ids
+        self._next: dict = {}  # [new messages, tools, add_generation_prompt] as JSON -> render_next's ids
         self._close_ids = None  # encode(_close_text()), for close_turn_ids
         special = {i: t.content for i, t in hf.added_tokens_decoder.items() if t.special}
         self.special_tokens = set(special.values())
@@ -247,7 +247,10 @@ class ChatTokenizer:
         """
         new_messages = _normalize_messages(new_messages)
         tools_key = _tools_key(tools)
-        key = (json.dumps(new_messages, sort_keys=True, default=str), tools_key, bool(add_generation_prompt))
+        try:  # key order kept (a template may render arguments or schemas in their order); no default=
+            key = json.dumps([new_messages, tools, bool(add_generation_prompt)])
+        except (TypeError, ValueError):  # values JSON cannot hold: render without the memo
+            return self._render_next(new_messages, tools, tools_key, add_generation_prompt)
         ids = self._next.get(key)
         if ids is None:
             ids = tuple(self._render_next(new_messages, tools, tools_key, add_generation_prompt))
