@@ -329,8 +329,12 @@ def _run_decoder(run_dir, path, header, traj):
         from r1.tokenizer import load_tokenizer
 
         with open(os.path.join(run_dir, "config.yaml")) as f:
-            model = yaml.safe_load(f)["model"]
-        tok = load_tokenizer(model.get("tokenizer") or model["path"])
+            cfg = yaml.safe_load(f)
+        name = cfg["model"].get("tokenizer") or cfg["model"]["path"]
+        inside = os.path.relpath(name, cfg["run"]["dir"]) if isinstance(cfg.get("run"), dict) else ".."
+        if not os.path.exists(name) and not inside.startswith(".."):  # a path inside the run (its sft/hf) that
+            name = os.path.join(run_dir, inside)  # does not resolve from here: the run moved, or cwd is elsewhere
+        tok = load_tokenizer(name)
     except Exception as e:  # a readable fallback beats a crash when only ids are at hand
         print(f"(printing token ids: could not load the run's tokenizer: {e})")
         return None
@@ -349,7 +353,7 @@ def _run_decoder(run_dir, path, header, traj):
                                  f"vocabulary of {have.get('name')!r} ({vocab} tokens); pass --ids to print token ids")
     if want is None:
         print("(this file does not record its tokenizer: decoded with the run's)")
-    return lambda ids: tok.hf.decode(ids, skip_special_tokens=False)
+    return tok.decode
 
 
 if __name__ == "__main__":

@@ -665,3 +665,20 @@ def test_plot_with_a_key_no_run_has_is_one_line(base_run, tmp_path):
     with pytest.raises(SystemExit, match=r"no run has 'reward_meen' in its metrics.jsonl; keys: .*reward_mean"):
         plot([str(base_run)], ["reward_meen"], str(tmp_path / "c.png"))
     assert not (tmp_path / "c.png").exists()
+
+
+def test_show_finds_the_runs_own_tokenizer_after_the_run_moved(traj_run, tok_dir, capsys):
+    """A run trained after SFT names its tokenizer as `<run.dir>/sft/hf`, relative to where it was trained:
+    read from elsewhere (or moved), show looks for it inside the run folder it was given."""
+    import shutil
+
+    run, _ = traj_run
+    shutil.copytree(tok_dir, run / "sft" / "hf")
+    (run / "config.yaml").write_text("run:\n  dir: gone/away/run\nmodel:\n  tokenizer: null\n"
+                                     "  path: gone/away/run/sft/hf\n")
+    show(run)
+    out = capsys.readouterr().out
+    assert "could not load" not in out and "<|im_start|><|im_end|><repo_name>" in out  # ids 1, 2, 3 decoded
+    (run / "config.yaml").write_text("run:\n  dir: gone/away/run\nmodel:\n  tokenizer: null\n  path: elsewhere/hf\n")
+    show(run)  # a path outside the run is not guessed at: ids, with the reason
+    assert "could not load the run's tokenizer" in capsys.readouterr().out
