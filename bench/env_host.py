@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 import r1.rollout  # noqa: E402
 from bench.agent_rollout import load_rows, make_env_factory, replay  # noqa: E402
 from r1.envs.base import Action  # noqa: E402
-from r1.tokenizer import _normalize_messages, _tools_key, load_tokenizer  # noqa: E402
+from r1.tokenizer import _normalize_messages, load_tokenizer  # noqa: E402
 
 
 def play(tok, episodes, make_env):
@@ -56,7 +56,7 @@ class Plain:
         self.saved = tok.render_next, tok._split
         tok._split = None  # _encode -> hf.encode for every text
         tok.render_next = lambda msgs, tools=None, add_generation_prompt=True: tok._render_next(
-            _normalize_messages(msgs), tools, _tools_key(tools), add_generation_prompt)
+            _normalize_messages(msgs), tools, add_generation_prompt)
         return self
 
     def __exit__(self, *exc):

@@ -246,22 +246,21 @@ class ChatTokenizer:
         environment step's host time (docs/LOG.md, ninth session). The ids depend only on the key.
         """
         new_messages = _normalize_messages(new_messages)
-        tools_key = _tools_key(tools)
         try:  # key order kept (a template may render arguments or schemas in their order); no default=
             key = json.dumps([new_messages, tools, bool(add_generation_prompt)])
         except (TypeError, ValueError):  # values JSON cannot hold: render without the memo
-            return self._render_next(new_messages, tools, tools_key, add_generation_prompt)
+            return self._render_next(new_messages, tools, add_generation_prompt)
         ids = self._next.get(key)
         if ids is None:
-            ids = tuple(self._render_next(new_messages, tools, tools_key, add_generation_prompt))
+            ids = tuple(self._render_next(new_messages, tools, add_generation_prompt))
             if len(self._next) >= NEXT_CACHE_SIZE:
                 self._next.clear()
             self._next[key] = ids
         return list(ids)
 
-    def _render_next(self, new_messages, tools, tools_key, add_generation_prompt) -> list[int]:
+    def _render_next(self, new_messages, tools, add_generation_prompt) -> list[int]:
         dummy = [{"role": "user", "content": DUMMY_USER}, {"role": "assistant", "content": DUMMY_ASSISTANT}]
-        close = self._close_text(tools, tools_key)
+        close = self._close_text(tools)
         full = self.render_text(dummy + new_messages, tools, add_generation_prompt)
         anchor = DUMMY_ASSISTANT + close
         at = full.find(anchor)
@@ -290,9 +289,9 @@ class ChatTokenizer:
                 return close[k:]
         return close
 
-    def _close_text(self, tools=None, key=None) -> str:
+    def _close_text(self, tools=None) -> str:
         """What the template writes after an assistant message's content (cached per tool list)."""
-        key = _tools_key(tools) if key is None else key
+        key = json.dumps(tools, sort_keys=True, default=str) if tools else ""
         close = self._closes.get(key)
         if close is None:
             dummy = [{"role": "user", "content": DUMMY_USER}, {"role": "assistant", "content": DUMMY_ASSISTANT}]
@@ -316,10 +315,6 @@ class ChatTokenizer:
                 text = ""
             self._native = all(marker in text for marker in PROBE.values())
         return self._native
-
-
-def _tools_key(tools) -> str:
-    return json.dumps(tools, sort_keys=True, default=str) if tools else ""
 
 
 def _normalize_messages(messages) -> list[dict]:

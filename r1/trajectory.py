@@ -331,7 +331,8 @@ def _run_decoder(run_dir, path, header, traj):
         with open(os.path.join(run_dir, "config.yaml")) as f:
             cfg = yaml.safe_load(f)
         name = cfg["model"].get("tokenizer") or cfg["model"]["path"]
-        inside = os.path.relpath(name, cfg["run"]["dir"]) if isinstance(cfg.get("run"), dict) else ".."
+        saved_dir = cfg["run"].get("dir") if isinstance(cfg.get("run"), dict) else None
+        inside = os.path.relpath(name, saved_dir) if saved_dir else ".."
         if not os.path.exists(name) and not inside.startswith(".."):  # a path inside the run (its sft/hf) that
             name = os.path.join(run_dir, inside)  # does not resolve from here: the run moved, or cwd is elsewhere
         tok = load_tokenizer(name)

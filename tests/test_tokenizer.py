@@ -275,7 +275,7 @@ def test_render_next_memo_is_keyed_by_everything_that_shapes_the_ids(tok, monkey
     import r1.tokenizer as T
 
     obs = [{"role": "tool", "name": "calculator", "content": "12"}]
-    fresh = tok._render_next(T._normalize_messages(obs), [CALC], T._tools_key([CALC]), True)
+    fresh = tok._render_next(T._normalize_messages(obs), [CALC], True)
     first = tok.render_next(obs, tools=[CALC])
     assert first == fresh
     first.append(-1)  # the caller's list is its own
@@ -285,15 +285,15 @@ def test_render_next_memo_is_keyed_by_everything_that_shapes_the_ids(tok, monkey
              ([{**obs[0], "content": "13"}], [CALC], True)]
     for messages, tools, gen in calls + calls:  # twice: the second pass reads the memo
         assert tok.render_next(messages, tools=tools, add_generation_prompt=gen) == tok._render_next(
-            T._normalize_messages(messages), tools, T._tools_key(tools), gen)
+            T._normalize_messages(messages), tools, gen)
     assert len(tok._next) == len(calls)  # one entry per key
     call = {"type": "function", "function": {"name": "calculator", "arguments": {"a": 1, "b": 2}}}
     swapped = {"type": "function", "function": {"name": "calculator", "arguments": {"b": 2, "a": 1}}}
     for c in (call, swapped, call):  # the arguments' order reaches the text: never one entry for both
         turn = [{"role": "assistant", "content": "", "tool_calls": [c]}, {"role": "user", "content": "next"}]
-        assert tok.render_next(turn) == tok._render_next(T._normalize_messages(turn), None, "", True)
+        assert tok.render_next(turn) == tok._render_next(T._normalize_messages(turn), None, True)
     assert tok.render_next([{"role": "user", "content": "x", "extra": object()}]) == tok._render_next(
-        T._normalize_messages([{"role": "user", "content": "x", "extra": object()}]), None, "", True)
+        T._normalize_messages([{"role": "user", "content": "x", "extra": object()}]), None, True)
     assert tok.render_next(obs, tools=[CALC], add_generation_prompt=False) != fresh
     monkeypatch.setattr(T, "NEXT_CACHE_SIZE", 3)
     for k in range(5):
