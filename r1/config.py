@@ -73,6 +73,9 @@ class Run:
     """With run.resume=true: go on even though the config differs from the run's saved config.yaml in keys that
     change what the run is (algorithm, model, learning rate, ...); the change is printed and the old file kept
     as config.<n>.yaml. Without it such a resume is refused, listing the differences."""
+    memory_fraction: float = 1.0
+    """Share of the GPU's memory this process plans for (r1/memory.py) and may allocate: 1 = all of it; 0.25 lets
+    four runs share one GPU side by side, each with its own plan (a small model leaves most of a GPU idle)."""
     dtype: str = "auto"
     """Generator (rollout) dtype: auto (bfloat16 on cuda, float32 on cpu). Training keeps float32 master weights and computes in bf16 on CUDA (autocast on one GPU, FSDP mixed precision on several)."""
 
@@ -109,6 +112,10 @@ class Data:
     """Synthetic: number of generated training problems. GSM8K: cap on rows used (0 = all)."""
     test_size: int = 200
     """Synthetic: number of generated held-out problems."""
+    val_size: int = 0
+    """A validation split carved from the task's train rows: this many rows (a fixed choice, the same for every
+    run.seed) are never trained on (RL or SFT) and form the split `val` (eval.split=val). Tune on it; keep
+    `test` for the final number. 0 = no validation split."""
 
 
 @dataclass
@@ -274,7 +281,8 @@ class Eval:
     temperature: float = 1.0
     """Sampling temperature for pass@k."""
     split: str = "test"
-    """Split to evaluate."""
+    """Split to evaluate (in training too, every eval.every iterations): test, or val (data.val_size rows
+    carved from train; choose settings on val, report test once)."""
     out: str | None = None
     """eval.py: folder for trajectories and the result JSON (default: a temp-free run folder under runs/eval-*)."""
 
@@ -320,6 +328,7 @@ AUTO_ZERO = ("rollout.slots", "train.micro_tokens", "rollout.sync_every")
 BOUNDS = {
     "model.tiny_layers": (1, None), "model.tiny_hidden": (1, None),
     "data.level": (1, None), "data.train_size": (0, None), "data.test_size": (0, None),
+    "data.val_size": (0, None),
     "env.max_steps": (1, None), "env.max_context": (1, None), "env.malformed_penalty": (None, 0.0),
     "rollout.prompts": (1, None), "rollout.n": (1, None), "rollout.max_new_tokens": (1, None),
     "rollout.temperature": (0.0, None), "rollout.top_k": (0, None),
@@ -341,7 +350,7 @@ BOUNDS = {
 # (`rollout.slots=10000000000`) is a config error naming the key instead of an allocation failure later.
 HUGE = 2**20
 for _key, _high in {"model.tiny_layers": 1024, "model.tiny_hidden": 65536, "data.level": 1000,
-                    "data.train_size": 10**9, "data.test_size": 10**9, "env.max_steps": 100_000,
+                    "data.train_size": 10**9, "data.test_size": 10**9, "data.val_size": 10**9, "env.max_steps": 100_000,
                     "env.max_context": HUGE, "rollout.prompts": HUGE, "rollout.n": 65536,
                     "rollout.max_new_tokens": HUGE, "rollout.top_k": HUGE, "rollout.slots": 65536,
                     "rollout.cache_len": HUGE, "algo.ppo_epochs": 10_000, "algo.minibatches": HUGE,
@@ -610,6 +619,8 @@ def validate(cfg: Config, origin: dict | None = None):
     for key in ("run.dir", "eval.split"):
         if not get(cfg, key).strip():  # `run.dir=` would write into the current folder
             fail(key, "a non-empty path" if key == "run.dir" else "a split name")
+    if not 0 < cfg.run.memory_fraction <= 1:
+        fail("run.memory_fraction", "in (0, 1]")
     if not 0 < cfg.rollout.top_p <= 1:
         fail("rollout.top_p", "in (0, 1]")
     if cfg.algo.log_ratio_clamp <= 0:
@@ -630,6 +641,9 @@ def validate(cfg: Config, origin: dict | None = None):
         if task.env is not cli_env:
             raise ConfigError(f"config key {name('env.command_reward')} is paid by the cli task's shell sandbox "
                               f"only; data.task={cfg.data.task} would ignore it (set it to 0)")
+    if cfg.eval.split == "val" and not cfg.data.val_size:
+        raise ConfigError(f"config key {name('eval.split')} is val, but data.val_size is 0 (no validation split); "
+                          f"set data.val_size (e.g. 500) or eval.split=test")
     if task.needs_path and not cfg.data.path:
         raise ConfigError(f"config key {name('data.path')} must name the data of data.task={cfg.data.task}, "
                           f"got {cfg.data.path!r}")

@@ -434,24 +434,28 @@ def plan_for(cfg: Config, model_cfg, d) -> Plan:
     with the smallest capacity of all ranks, so they pick the same settings and refuse together."""
     from r1 import distributed
 
-    capacity = int(-distributed.all_max(-float(device_capacity(d.device)), d))
+    capacity = int(-distributed.all_max(-float(device_capacity(d.device, cfg.run.memory_fraction)), d))
     out = plan(cfg, model_cfg, d.world, d.device.type, capacity, device_label(d.device))
     if d.main:
         print(out.line(), flush=True)
     return out
 
 
-def device_capacity(device) -> int:
+def device_capacity(device, fraction: float = 1.0) -> int:
     """Bytes this process may use on `device` (a torch.device), asked now.
 
-    CUDA: free memory plus what torch's allocator already holds (the models built so far).
+    CUDA: free memory plus what torch's allocator already holds (the models built so far), at most
+    `fraction` (run.memory_fraction) of the card, which the allocator then enforces: runs that share
+    one GPU each plan for their own share, however many started at the same moment.
     CPU: MemAvailable (shared by the local ranks of a torchrun) plus this process's resident set.
     """
     import torch
 
     if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        return int(free + torch.cuda.memory_reserved(device))
+        free, total = torch.cuda.mem_get_info(device)
+        if fraction < 1:
+            torch.cuda.set_per_process_memory_fraction(fraction, device)
+        return int(min(free + torch.cuda.memory_reserved(device), fraction * total))
     local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     return int(_available_ram() / local + _rss())
 

@@ -23,6 +23,7 @@ import warnings
 import torch
 
 from r1 import checkpoint, disk, distributed, memory
+from r1.config import ConfigError
 from r1.logger import Logger
 from r1.packing import split_by_tokens
 from r1.envs.tools import get_tool
@@ -109,13 +110,18 @@ def setup_sft(cfg, then_rl=None) -> dict:
     mcfg = model.cfg
     plan = memory.plan_for(cfg, mcfg, d)  # auto micro_tokens/checkpointing, or refuse in one line
     if then_rl is not None:  # same architecture: the RL phase starts from this model's export
-        memory.plan(then_rl, mcfg, d.world, d.device.type, memory.device_capacity(d.device))
+        memory.plan(then_rl, mcfg, d.world, d.device.type, memory.device_capacity(d.device, cfg.run.memory_fraction))
     disk.plan_for(cfg, mcfg, d, then_rl)  # room for both phases' checkpoints and exports, or refuse
     model = distributed.parallelize(model, d, plan.checkpointing)
     tools = tool_schemas(cfg)
     rows = load_rows(cfg, "train")
     examples = [expert_example(tok, m, tools) for m in expert_chats(cfg, rows, tools)]
-    examples = [e for e in examples if len(e[0]) <= cfg.env.max_context]
+    fits = [e for e in examples if len(e[0]) <= cfg.env.max_context]
+    if not fits:  # before run.dir exists: nothing is written
+        raise ConfigError(f"config key env.max_context={cfg.env.max_context}: none of the task's {len(examples)} "
+                          f"expert chats fits (the shortest is {min((len(e[0]) for e in examples), default=0)} "
+                          f"tokens); raise env.max_context")
+    examples = fits
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay, betas=(0.9, 0.95))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg, cfg.train.steps))
     models, optims, scheds = {"policy": model}, {"policy": opt}, {"policy": sched}
