@@ -5,7 +5,7 @@ A row is a generated folder tree and a request about it in plain language
 notes/todo.txt have?", "Which file in logs is the largest?"), with the
 ground-truth answer computed from the tree in memory. Each episode
 materialises the tree in a fresh temporary folder, offers the `shell` tool
-bound to an `r1.envs.cli.Sandbox` over it, and removes the folder when the
+bound to an `r1.envs.sandbox.Sandbox` over it, and removes the folder when the
 episode ends (or when the env is closed, reset or garbage collected: the
 rollout loop does not tell an env that an episode was cut short, so a
 `weakref.finalize` is the backstop). The removal runs on a background thread
@@ -51,7 +51,7 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
-from r1.envs.cli import MAX_OUTPUT, SHELL, Sandbox, shell_tool
+from r1.envs.sandbox import MAX_OUTPUT, SHELL, Sandbox, shell_tool
 from r1.envs.rewards import Reward, register_reward, well_formed
 from r1.envs.tool_env import ToolEnv
 
