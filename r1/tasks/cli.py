@@ -10,8 +10,7 @@ episode ends (or when the env is closed, reset or garbage collected: the
 rollout loop does not tell an env that an episode was cut short, so a
 `weakref.finalize` is the backstop). The removal runs on a background thread
 (`remove_later`; `drain()` waits for it): env steps run on the rollout loop's
-thread, and deleting ~35 files took 47 ms of wall time (3 ms of CPU) on an
-ext4 VM disk, 24 s of waiting for 512 episodes.
+thread, which must not wait for a disk (docs/LOG.md has the timing).
 
 Rows are generated like the synthetic task's: row i of (seed, level) draws
 from its own RNG keyed by the string "cli:<seed>:<level>:<i>", so it is the
