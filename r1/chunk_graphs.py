@@ -1,13 +1,10 @@
 """CUDA graphs for prefill chunks: a first prompt, or an observation appended to a live row.
 
-In the agent loop every turn boundary prefills a chunk: a few dozen rows of
-20-60 new tokens each. The GPU does almost nothing for it (about 1 ms for
-the SmolLM2-135M shape), but an eager forward launches ~10-35 kernels per
-layer from Python, and on the H200's host that took 20-40 ms a call, 36
-calls a rollout (bench/agent_rollout.py: 1.3-1.6 s of a 3.8-5 s loop). The
-decode step has run in CUDA graphs from the start; this does the same for
-chunks. Measured on the H200 (docs/LOG.md): a 135M-shape rollout's continuation
-prefills went from 1.13 to 0.12 s, its first prompts from 0.76 to 0.22 s.
+Owns capturing and replaying those forwards. A turn boundary prefills a
+chunk of a few dozen rows of tens of tokens: almost no GPU work, but an
+eager forward launches tens of kernels per layer from Python, so the host's
+launch time dominated the agent loop (docs/LOG.md has the measurements).
+The decode step already ran in graphs; this does the same for chunks.
 
 A graph replays fixed shapes, so a chunk is padded to a bucket:
 (Np tokens, Bp rows, Qp the longest row), with real rows and tokens first,

@@ -34,6 +34,8 @@ import yaml
 from r1.algos.estimators import CRITIC_KEYS, ESTIMATORS
 from r1.algos.policy_losses import POLICY_LOSSES
 from r1.algos.reward_norm import MODES as REWARD_NORM_MODES
+from r1.envs.context import CONTEXT_POLICIES
+from r1.envs.rewards import REWARDS
 
 
 class ConfigError(ValueError):
@@ -123,7 +125,7 @@ class Env:
     max_steps: int = 4
     """Maximum environment steps (model turns) per episode."""
     context_policy: str = "append"
-    """append (token-exact concatenation; the episode ends when the budget is reached), window (keep the first prompt and the latest whole turns) or truncate (keep the first prompt and the latest tokens)."""
+    """A name in r1/envs/context.CONTEXT_POLICIES: append (token-exact concatenation; the episode ends when the budget is reached), window (keep the first prompt and the latest whole turns) or truncate (keep the first prompt and the latest tokens); an env that overrides Env.summarize writes a summary first, under any policy."""
     max_context: int = 2048
     """Token budget of a step's prompt + response; reaching it ends the episode (append) or drops old context (window, truncate; the episode ends only when the first prompt alone does not fit)."""
     malformed_penalty: float = 0.0
@@ -136,6 +138,10 @@ class Env:
     command_reward: float = 0.0
     """Shaping, data.task=cli only: reward added for each step whose shell commands were all accepted by the
     sandbox (whitelisted, inside the folder), whether or not they then succeeded (0 = off)."""
+    rewards: dict[str, float] = field(default_factory=dict)
+    """A rubric: {term: weight} of reward terms in r1/envs/rewards.REWARDS added to each step's reward, after the
+    four shaping keys above (which are the terms malformed, format, tool_success and command); e.g.
+    `env.rewards={my_term: 0.1}`. Empty = none."""
     tools: list[str] | None = None
     """Tools the env offers: registered names or package.module:attr; null = the task's own tools."""
 
@@ -313,7 +319,7 @@ class Config:
 CHOICES = {
     "run.device": ["auto", "cpu", "cuda"], "run.dtype": ["auto", "float32", "bfloat16"],
     "model.arch": ["llama", "qwen2", "qwen3"],
-    "env.context_policy": ["append", "window", "truncate"],
+    "env.context_policy": CONTEXT_POLICIES,
     # the algorithm tables themselves (live: an entry added to a table is a valid choice)
     "algo.advantage": ESTIMATORS, "algo.policy_loss": POLICY_LOSSES, "algo.normalize_reward": REWARD_NORM_MODES,
     "algo.reward_level": ["trajectory", "step"], "algo.ratio_level": ["token", "step"],
@@ -388,7 +394,9 @@ def _unknown(key: str, where: str) -> ConfigError:
 
 
 def _type_name(tp, optional: bool) -> str:
-    if typing.get_origin(tp) is list:
+    if typing.get_origin(tp) is dict:
+        name = "a mapping of name: {}".format(typing.get_args(tp)[1].__name__)
+    elif typing.get_origin(tp) is list:
         name = f"a list of {typing.get_args(tp)[0].__name__}"
     else:
         name = {bool: "true or false", float: "float (e.g. 1e-5)"}.get(tp, getattr(tp, "__name__", str(tp)))
@@ -421,6 +429,11 @@ def _coerce(key: str, value, tp, where: str, text: bool = False):
     if text:
         value = _from_text(value, tp)
     bad = ConfigError(f"config key '{key}'{where} expects {_type_name(tp, optional)}, got {value!r:.80}")
+    if typing.get_origin(tp) is dict:
+        if not isinstance(value, dict):
+            raise bad
+        _, inner = typing.get_args(tp)
+        return {str(k): _coerce(f"{key}.{k}", v, inner, where) for k, v in value.items()}
     if typing.get_origin(tp) is list:
         if isinstance(value, str):
             value = [v.strip() for v in value.split(",") if v.strip()]
@@ -635,12 +648,7 @@ def validate(cfg: Config, origin: dict | None = None):
         raise ConfigError(f"config key {name('data.task')}: {e}") from None
     if task.max_level is not None and cfg.data.level > task.max_level:  # the limit lives with the task
         fail("data.level", f"in [1, {task.max_level}] for data.task={cfg.data.task}")
-    if cfg.env.command_reward:
-        from r1.tasks.cli import cli_env
-
-        if task.env is not cli_env:
-            raise ConfigError(f"config key {name('env.command_reward')} is paid by the cli task's shell sandbox "
-                              f"only; data.task={cfg.data.task} would ignore it (set it to 0)")
+    _validate_rewards(cfg, task, name)
     if cfg.eval.split == "val" and not cfg.data.val_size:
         raise ConfigError(f"config key {name('eval.split')} is val, but data.val_size is 0 (no validation split); "
                           f"set data.val_size (e.g. 500) or eval.split=test")
@@ -662,6 +670,34 @@ def validate(cfg: Config, origin: dict | None = None):
                           f"({cfg.env.max_context}{origin.get('env.max_context', ', the default')}), which also "
                           f"holds the prompt; got {cfg.rollout.max_new_tokens}")
     _validate_algo(cfg, origin, name, fail)
+
+
+def _validate_rewards(cfg: Config, task, name):
+    """env.rewards names terms of r1/envs/rewards.REWARDS (read after the task's module registered its own);
+    a task-only term (`general=False`) set for a task that does not list it in Task.rewards is refused."""
+    from r1.tasks.registry import TASKS
+
+    weights = {}
+    for term, weight in cfg.env.rewards.items():
+        key = f"env.rewards.{term}"
+        if term not in REWARDS:
+            close = difflib.get_close_matches(term, list(REWARDS), n=3, cutoff=0.5)
+            hint = f"did you mean {', '.join(close)}? " if close else ""
+            raise ConfigError(f"config key {name('env.rewards')}: unknown reward {term!r}; {hint}"
+                              f"known: {', '.join(REWARDS)}")
+        if REWARDS[term].key:
+            raise ConfigError(f"config key {name('env.rewards')}: set reward {term!r} with its own key "
+                              f"{REWARDS[term].key}, not in env.rewards")
+        weights[key] = weight
+    for term, r in REWARDS.items():
+        key = r.key or f"env.rewards.{term}"
+        weight = get(cfg, r.key) if r.key else weights.get(key, 0.0)
+        if weight and not r.general and term not in task.rewards:
+            payers = [t.name for t in TASKS.values() if term in t.rewards]
+            shown = r.key or f"env.rewards ({term})"
+            by = r.paid_by or (f"the {' / '.join(payers)} task" if payers else "tasks listing it in Task.rewards")
+            raise ConfigError(f"config key {name(shown)} is paid by {by} only; "
+                              f"data.task={cfg.data.task} would ignore it (set it to 0)")
 
 
 def _validate_algo(cfg: Config, origin: dict, name, fail):

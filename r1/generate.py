@@ -1,85 +1,36 @@
 """The batched KV-cache generator: prefill, decode, sampling, stops, logprobs.
 
-Built for RL rollouts, where the sampler's logprobs must be the trainer's:
-it runs the same `Transformer` code as training (only the attention call
-differs: a cache instead of packed sequences), so the two agree up to
-floating-point kernel choice, and the gap is measured every iteration.
+Owns turning requests (a key, prompt ids, sampling settings) into sampled
+ids with the sampler's logprobs, for RL rollouts where those logprobs must
+be the trainer's: it runs the same `Transformer` code as training (only the
+attention call differs: a cache instead of packed sequences).
 
-Layout. One preallocated cache of `slots` rows x `max_len` positions (plus
-one scratch slot that padding rows write to). Every row has its own length
-and positions: no shared position, no left padding. A key (an episode)
-holds a slot from its first request until `release(key)`, so its cache
-stays alive across environment steps: the next request of the same key
-whose prompt extends the cached ids prefills only the new suffix (chunked
-prefill); a prompt that does not extend them (the environment rewrote the
-context) is re-prefilled from scratch in the same slot.
+- Layout: one preallocated cache of `slots` rows x `max_len` positions plus
+  a scratch slot for padding; every row has its own length and positions.
+  A key holds its slot until `release(key)`, so a next prompt that extends
+  the cached ids prefills only the new suffix; one that does not (the env
+  rewrote the context) is re-prefilled in the same slot.
+- Continuous batching: `step()` = `launch()` (admit queued requests, queue a
+  chunk of `sync_every` decode steps) then `finish()` (one host sync, stop
+  checks: EOS / end-of-turn ids, stop strings on decoded text, max tokens).
+- Overlap (CUDA; R1_OVERLAP=0 off): launch() may queue the next chunk while
+  one is in flight and finish(keep=1) collects the older one, so the GPU
+  never waits for the host's work between chunks. Tokens a finished row
+  decodes in the newer chunk are dropped and never read.
+- Mixed steps (CUDA; R1_MIX=0 off): observations appended to live rows are
+  prefilled inside the first decode step of a chunk, one forward for both.
+- CUDA graphs for decode (per batch bucket) and prefill chunks
+  (r1/chunk_graphs.py); fused q/k/v and gate/up matmuls for a model without
+  gradients (r1/model.py fuse_projections; R1_FUSE=0 off).
 
-Continuous batching. `step()` admits queued requests into free slots,
-decodes the running rows for up to `sync_every` tokens without a host
-sync, then checks stops on the host once. It is `launch()` (admit, queue the
-decode chunk, return at once) then `finish()` (the sync, then the stop checks),
-so a caller can work on the host while the GPU decodes. The stops: EOS /
-end-of-turn ids, stop strings matched on decoded text so a stop split across
-tokens is found, max new tokens. Finished rows return at once; their slots
-take the next request on the following `step()`.
-
-Overlap (CUDA by default). An agent loop's host work per chunk (stop
-checks, detokenising, the environments' steps, the next admissions) used to
-leave the GPU idle between chunks, and a turn that ended early in a chunk
-of 16 steps waited for the chunk's end, then for one more chunk while its
-environment stepped: ~24 decode steps per turn, on the critical path of the
-longest episode. With `overlap`, launch() may run while one chunk is still
-in flight: the next chunk is queued behind it (its rows' last tokens stay on
-the device, in `last_tok`; host-to-device inputs go through pinned memory,
-so nothing waits for the stream) and finish(keep=1) collects only the older
-chunk, by its own CUDA event. The GPU always has a chunk queued while the
-host works, so chunks can be short (fewer steps lost per turn). A row whose
-stop was in the older chunk rides along in the newer one: its extra tokens
-are dropped and the keys they wrote, past the row's cached ids, are never
-read (every key past a row's cached ids is written, in stream order, before a
-query reads it: by the next prefill of the slot or by the decode step at that
-position). R1_OVERLAP=0 turns it off (for comparisons). Fallback paths that
-need a host value (first prompts in fp32 read cu_seqlens, the per-row chunk
-loop, very long continuation chunks, a graph's first capture) sync the stream
-inside a launch: the tokens stay right, the overlap is lost for that launch.
-
-Mixed steps (CUDA by default; R1_MIX=0 off). An agent's turn boundary
-appends an observation to a live row. Prefilled in a forward of its own,
-that chunk (a few hundred tokens over a few dozen rows) reads every weight
-once more and runs its matmuls at a small M, while the other rows wait.
-With `mix`, launch() puts the continuations it admits into the first decode
-step of the chunk: one forward holds the running rows' next tokens (one per
-row) and the continuations' suffixes, each
-continuation samples its first token there and decodes the other steps with
-the rest. Attention takes each row with the kernel its length wants (one
-token: decode; more: chunk), on the device (CacheStep.by_row), so one chunk
-graph per (tokens, rows) bucket serves every mix. Tokens are the same as with separate forwards, up
-to the rounding of another matmul shape. First prompts keep their own
-forward (the packed training kernel).
-
-Logprob definition. For a sampled token y, we record
-log softmax(logits / T)[y] over the FULL vocabulary at the rollout
-temperature T, even when top-k/top-p restrict sampling. That is the
-distribution the trainer scores (logits / T, full log-softmax), so the
-recorded value is exactly what the loss recomputes; the truncation is a
-sampling-side choice that the ratio's importance weight does not model
-(see docs/algorithms.md, truncated importance sampling). Greedy (T = 0)
-records log softmax(logits)[y].
-
-Seeding. Sampling noise is counter-based (`row_noise`): a pure function of
-(Sampling.seed, the request key, the token position, the token id). A
-request's tokens therefore do not depend on which other rows share its
-decode steps, on slot count or on scheduling: a seeded rollout replays
-exactly, and the same key samples the same tokens on 1 or 8 GPUs.
-
-CUDA graphs: on CUDA with `cuda_graphs=True`, the decode forward for each
-batch-size bucket is captured once and replayed (padding rows go to the
-scratch slot). Prefill chunks (first prompts, observations appended to live
-rows) run in graphs too, padded to a few bucketed shapes (r1/chunk_graphs.py).
-A model without gradients on CUDA gets fused q/k/v and gate/up matmuls
-(r1/model.py fuse_projections; R1_FUSE=0 or `fuse=False` turns it off); its
-parameters and state_dict stay the same. On the H200 it gains 3.4% with
-compiled ops (the default on CUDA) and nothing without them.
+Logprob definition: log softmax(logits / T)[y] over the FULL vocabulary at
+the rollout temperature, even under top-k/top-p, because that is what the
+trainer recomputes (docs/algorithms.md, truncated importance sampling);
+greedy records log softmax(logits)[y]. Seeding: the sampling noise is a
+pure function of (seed, request key, position, token id) (`row_noise`), so a
+request's tokens do not depend on its batch-mates, slot count, scheduling or
+number of GPUs. Why each design choice was made, with its measurements:
+docs/LOG.md.
 """
 import hashlib
 import heapq

@@ -38,10 +38,9 @@ slots; then KV-cache slots (as many as fit, up to what an iteration runs at
 once and 512, rounded down to a CUDA-graph bucket). An explicit setting that
 cannot fit is refused with one line naming the key to change and the numbers.
 
-Checked against measurements (tests/test_memory.py): saved activations byte
-for byte against autograd's saved-tensor hooks; on one H200, train.py with
-the Qwen2.5-3B shape peaked at 118.5 GiB (PPO with critic and reference) and
-101.5 GiB (GRPO) against estimates of 121.4 and 101.6 GiB.
+The saved-activation count is checked byte for byte against autograd's
+saved-tensor hooks (tests/test_memory.py); plans against measured peaks on
+real runs are in docs/LOG.md.
 
 Everything here is arithmetic on dataclasses: no torch allocation, so the
 plan of a 70B model can be checked on a laptop. `device_capacity()` is the
@@ -55,9 +54,8 @@ from r1.config import Config, ConfigError
 GiB = 2 ** 30
 MAX_MICRO_TOKENS = 16384
 # Up to this many tokens per micro-batch where they cost nothing: on CUDA, when every slot the iteration
-# wants fits beside them without activation checkpointing. For SmolLM2-135M on the H200 a 16,384-token
-# micro-batch kept the GPU busy only part of the update: launching its ops took the host longer than the
-# GPU took to run them (R1_PROFILE, docs/LOG.md), and fewer, longer micro-batches launch fewer ops.
+# wants fits beside them without activation checkpointing. A small model's update is bound by the host
+# launching its ops, and fewer, longer micro-batches launch fewer ops (docs/LOG.md).
 BIG_MICRO_TOKENS = 65536
 MAX_SLOTS = 512  # the largest CUDA-graph bucket of r1/generate.py: more rows would capture a graph per batch size
 SLOT_STEPS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512)  # r1/generate.py BUCKETS

@@ -147,8 +147,7 @@ def rope_write(q, k, v, cos, sin, dtype, k_cache, v_cache, slots, positions):
     """rope_qk, then write the new keys and values into the cache at (slot, position) of each token.
 
     One op so that, compiled, the cache writes fuse with the rotation: eager, they are two index_put
-    launches per layer (72 per 3B decode step, 0.40 ms of 5.6 ms on the H200); compiled, one kernel per
-    layer writes both (0.075 ms per step, docs/LOG.md).
+    launches per layer; compiled, one kernel per layer writes both (docs/LOG.md has the timing).
     """
     q, k = rope_qk(q, k, cos, sin, dtype)
     k_cache[slots, positions] = k.to(k_cache.dtype)
@@ -171,12 +170,10 @@ def compile_ops(on: bool | str = True):
 
     Eager, a layer launches ~35 kernels, most of them tiny elementwise ones;
     inside a captured decode graph each still costs a few microseconds of GPU
-    time, so a 36-layer decode step spends milliseconds on them (3B shape,
-    batch 256, H200: 21.5k -> 30.5k tok/s). on=True compiles them for every
-    device, on="cuda" for CUDA tensors only (the default: R1_COMPILE unset;
-    the CPU keeps eager ops, with no compiler and no compile time), on=False
-    restores eager (R1_COMPILE=0). The default since a GRPO learning run and an
-    FSDP run used it (docs/LOG.md). Compiled ops can round differently from eager
+    time, so a decode step spends milliseconds on them (docs/LOG.md). on=True
+    compiles them for every device, on="cuda" for CUDA tensors only (the
+    default: R1_COMPILE unset; the CPU keeps eager ops, with no compiler and no
+    compile time), on=False restores eager (R1_COMPILE=0). Compiled ops can round differently from eager
     ones by an ulp, sampler and trainer alike: both call the same OPS.
     """
     def cuda_only(fn):
@@ -342,8 +339,7 @@ def fuse_projections(model: "Transformer"):
     never go stale; so does a forward that wants gradients. Only for models
     that no optimizer holds: fusing replaces the Parameter objects. The
     generator calls this for CUDA models whose parameters need no gradient
-    unless R1_FUSE=0: the H200 timing (3B shape, batch 256) showed +3.4% with compiled ops and
-    nothing without them.
+    unless R1_FUSE=0 (it pays with compiled ops only; docs/LOG.md).
     """
     for layer in model.model.layers:
         a, m = layer.self_attn, layer.mlp

@@ -1,45 +1,25 @@
 """AgentEnvLoop: many environments, one generator, every step recorded.
 
-Each episode holds one generator slot for its whole life, so its KV cache
-survives between steps and an append-policy step prefills only the new
-observation tokens. The loop keeps at most `slots` episodes alive; when one
-ends, the next pending episode takes its slot (continuous batching across
-episodes), and when a step of an episode finishes, its next step joins the
-running batch.
+Owns playing episodes: each holds one generator slot for its whole life, so
+its KV cache survives between steps and an append-policy step prefills only
+the new observation tokens. At most `slots` episodes are alive; when one
+ends the next pending episode takes its slot (continuous batching across
+episodes), and a finished step's next step joins the running batch.
 
-Environment steps run on the loop's thread while the GPU decodes. With the
-generator's `overlap` (the CUDA default), each iteration is Generator.step:
-it launches the next decode chunk and collects the one before it, which
-leaves the new chunk in flight; the loop then steps the environments of the
-turns that ended there (tool, detokenise, render, tokenise) and queues their
-next prompts, which join the next launch. The GPU never waits for the host
-unless the host's work outlasts a chunk. Without overlap (the CPU,
-R1_OVERLAP=0), the environments of the turns that ended in the previous
-chunk step between launch() and finish(), while the chunk just launched
-decodes; finish() then waits for it.
-
-Chunks are short in the loop (`sync_every`, default 4 steps with overlap,
-the generator's own otherwise): a turn that ends mid-chunk waits for the
-chunk's end and one more chunk before its observation is prefilled, so
-shorter chunks shorten the longest episode's path; measured against 2, 8
-and 16 (bench/agent_rollout.py --schedules, docs/LOG.md). The single-turn
-engine (Generator.generate) keeps 16: no turn waits there, and shorter
-chunks only add host work.
-
-The old design, a thread pool, lost to the GIL: the env
-threads' Python (chat template, JSON, the calculator) and the loop's own
-Python took turns, and every torch call of the loop released the GIL and
-waited up to a switch interval to get it back (bench/agent_rollout.py on the
-H200: 6.7 s of env thread time inside a 12 s rollout of 512 GSM8K episodes,
-SmolLM2-135M shape). `workers > 0` keeps a pool, for environments that block
-on I/O rather than compute.
+Environment steps run on the loop's thread while the GPU decodes: with the
+generator's overlap (CUDA) each `Generator.step` launches the next chunk
+and collects the previous one, and the loop steps the environments of the
+turns that ended there and queues their next prompts; without it (CPU,
+R1_OVERLAP=0) the environments step between launch() and finish(). Chunks
+are short here (`sync_every`, 4 steps with overlap) so a turn that ends
+mid-chunk waits little for its observation; `workers > 0` keeps a thread
+pool for environments that block on I/O (the GIL makes it lose for
+compute-bound ones). Measurements behind these choices: docs/LOG.md.
 
 `run(samples, n)` plays n episodes per sample (a group, for GRPO/RLOO) and
-returns trajectories ordered by (sample, index), whatever order they ended
-in. Results depend only on the samples, the sampling seed and the episode
-uids, not on scheduling: greedy trivially, and sampled because the
-generator's noise is keyed by (seed, uid, position) (r1/generate.py), so it
-does not matter which rows share a decode step or when a tool finishes.
+returns trajectories ordered by (sample, index). Results depend only on the
+samples, the sampling seed and the episode uids, not on scheduling, because
+the generator's noise is keyed by (seed, uid, position) (r1/generate.py).
 """
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 

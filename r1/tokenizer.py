@@ -1,7 +1,7 @@
 """Tokenizer and chat rendering to token ids, whole conversations and one turn at a time.
 
-The step-level MDP never re-tokenizes what the model sampled (DESIGN.md, "re-tokenization
-drift"). So a conversation grows as token ids: the sampled response ids, then the forced ids
+The step-level MDP never re-tokenizes what the model sampled (README, "re-tokenization
+drift" in the maintainers' design notes). So a conversation grows as token ids: the sampled response ids, then the forced ids
 that close the assistant turn (`close_turn_ids`), then the ids of the next turn(s) rendered on
 their own (`render_next`). This module makes those pieces agree with the model's own chat
 template, so `render(prefix) + render_next(new) == render(prefix + new)` token for token.
@@ -179,16 +179,15 @@ class ChatTokenizer:
 
         The tokenizer splits a text at its added tokens before anything else runs, then encodes each
         piece alone; so the ids of a piece do not depend on its neighbours, and the long system prompt
-        every episode of a task starts with (1,083 characters of tool schemas for GSM8K: most of a
-        first prompt's 1.4 ms) is encoded once. Short texts take the same path: hf.encode goes through
-        transformers' batch machinery (encode_batch), a third of an observation's encoding time. Only for
+        every episode of a task starts with (its tool schemas) is encoded once. Short texts take the
+        same path, skipping transformers' batch machinery (encode_batch). Only for
         tokenizers where that split is all that added tokens do (_added_token_splitter);
         tests/test_tokenizer.py checks it against hf.encode."""
         if self._split is None:
             return self.hf.encode(text, add_special_tokens=False)
         pattern, token_ids = self._split
         parts = [p for p in pattern.split(text) if p]
-        out, encode = [], self.hf.backend_tokenizer.encode  # (encode_batch costs ~1 ms a call: its thread pool)
+        out, encode = [], self.hf.backend_tokenizer.encode  # not encode_batch: its thread pool costs per call
         for p in parts:
             if p in token_ids:
                 out.append(token_ids[p])
@@ -241,9 +240,9 @@ class ChatTokenizer:
 
         "Closed" means the sampled response ids followed by `close_turn_ids(response)`.
 
-        Memoised: an environment's observations repeat (90% of the calculator's results in 512 GSM8K
-        episodes are a number seen before), and the chat template and encoding are most of an
-        environment step's host time (docs/LOG.md, ninth session). The ids depend only on the key.
+        Memoised: an environment's observations repeat (a calculator's results are mostly numbers seen
+        before), and the chat template and encoding are most of an environment step's host time
+        (docs/LOG.md). The ids depend only on the key.
         """
         new_messages = _normalize_messages(new_messages)
         try:  # key order kept (a template may render arguments or schemas in their order); no default=

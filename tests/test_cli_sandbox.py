@@ -1,4 +1,4 @@
-"""The cli sandbox (r1/envs/cli.py): hostile commands are refused or confined, and the commands work.
+"""The cli sandbox (r1/envs/sandbox.py, r1/envs/shell_commands.py): hostile commands are refused or confined, and the commands work.
 
 A canary file and folder sit next to the sandbox root. After every command
 the canary's bytes, mtime and atime (set older than its mtime, so a read
@@ -14,7 +14,7 @@ import stat
 
 import pytest
 
-from r1.envs.cli import MAX_ARGS, MAX_COMMAND, Sandbox
+from r1.envs.sandbox import MAX_ARGS, MAX_COMMAND, Sandbox
 from r1.envs.tools import get_tool
 
 CANARY = "CANARY-7f3a-do-not-read"
@@ -365,7 +365,7 @@ def test_output_cap_is_a_parameter(world):
 def test_os_errors_are_results(world, monkeypatch):
     """A folder the process may not read (root reads them all, so the error is simulated) is an ok=False
     result naming no real path, not an exception."""
-    import r1.envs.cli as cli
+    import r1.envs.sandbox as cli
 
     def denied(path):
         raise PermissionError(13, "Permission denied", str(path))

@@ -24,7 +24,7 @@ from r1.trajectory import load as load_trajs
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMOKE = os.path.join(ROOT, "configs", "smoke.yaml")
 TINY = ["rollout.prompts=2", "rollout.n=2", "rollout.max_new_tokens=8", "data.train_size=16", "data.test_size=4"]
-# the metrics DESIGN.md and docs/algorithms.md promise in every iteration's line
+# the metrics the maintainers' design notes and docs/algorithms.md promise in every iteration's line
 METRIC_KEYS = ["reward_mean", "reward_std", "accuracy", "mean_response_len", "mean_turns", "mean_tool_calls",
                "malformed_rate", "entropy", "kl_ref", "clip_frac", "approx_kl", "value_loss", "explained_variance",
                "grad_norm", "lr", "logprob_gap_mean", "logprob_gap_max", "rollout_tok_s", "train_tok_s"]

@@ -114,6 +114,81 @@ def drop_nonfinite(logp, old_logp, adv, mask, sampler_logp=None):
     return valid, old, a, sampler_logp, (keep & ~finite).sum().to(logp.dtype)
 
 
+def check_policy_inputs(name, logp, old_logp, adv, mask, sampler_logp=None, tis_cap=None, **segments):
+    """The checks every policy loss makes on its inputs -> tis_cap (None when off; 0 means off, as
+    algo.tis_cap = 0). segments: the [N] segment tensors the loss takes, checked for shape only."""
+    _check_flat(name, logp=logp, old_logp=old_logp, adv=adv, mask=mask, sampler_logp=sampler_logp, **segments)
+    if logp.numel() == 0:
+        raise ValueError(f"{name}: empty batch (N = 0)")
+    tis_cap = tis_cap or None
+    if tis_cap is not None and (sampler_logp is None or not tis_cap > 0):
+        raise ValueError(f"{name}: tis_cap={tis_cap} needs sampler_logp and a value > 0 (or 0/None for off)")
+    return tis_cap
+
+
+def policy_ratio(logp, old, valid, log_ratio_clamp=20.0, ratio_level="token", ratio_seg=None, num_segments=None):
+    """-> (log_ratio [N], ratio [N]). log_ratio = clamp(logp - old, +-log_ratio_clamp) per token; the
+    ratio is its exp (token), or the GSPO segment ratio (seq/step): value exp(mean log_ratio over the
+    segment's valid tokens), gradient that of exp(logp_i) scaled by it (see ppo_policy_loss)."""
+    log_ratio = (logp - old).clamp(-log_ratio_clamp, log_ratio_clamp)  # [N]
+    if ratio_level == "token":
+        return log_ratio, torch.exp(log_ratio)
+    seg_lr = segment_sum(log_ratio.detach(), valid, ratio_seg, num_segments)  # [R]
+    seg_n = segment_sum(torch.ones_like(log_ratio), valid, ratio_seg, seg_lr.numel())  # [R]
+    seq_log_ratio = (seg_lr / seg_n.clamp(min=1))[ratio_seg]  # [N]
+    return log_ratio, torch.exp(seq_log_ratio + logp - logp.detach())
+
+
+def clipped_surrogate(a, ratio, clip_low, clip_high, dual_clip=None):
+    """PPO's pessimistic clipped objective per token -> (l [N], clipped [N] bool, dual [N] bool):
+    l = max(-A rho, -A clip(rho, 1 - clip_low, 1 + clip_high)), then min(l, -A dual_clip) where A < 0."""
+    clipped_ratio = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+    pg_unclipped = -a * ratio
+    pg_clipped = -a * clipped_ratio
+    pg = torch.maximum(pg_unclipped, pg_clipped)  # [N]
+    clipped = pg_clipped > pg_unclipped
+    dual = torch.zeros_like(clipped)
+    if dual_clip is not None:
+        pg_dual = -a * dual_clip
+        dual = (a < 0) & (pg > pg_dual)
+        pg = torch.where(a < 0, torch.minimum(pg, pg_dual), pg)
+    return pg, clipped, dual
+
+
+def sampler_correction(pg, old, sampler_logp, valid, tis_cap=None):
+    """The sampler/trainer logprob gap and truncated importance sampling -> (pg [N], metrics).
+
+    With sampler_logp: sampler_gap_mean/max = |old - sampler| over valid tokens (logged every
+    iteration), and with tis_cap: pg_i *= sg[min(exp(old_i - sampler_i), tis_cap)], tis_weight_mean."""
+    metrics = {}
+    if sampler_logp is None:
+        return pg, metrics
+    sampler = torch.where(valid, sampler_logp, old)
+    gap = (old - sampler).abs()
+    metrics["sampler_gap_mean"] = _masked_mean(gap, valid).detach()
+    metrics["sampler_gap_max"] = torch.where(valid, gap, 0.0).max().detach()
+    if tis_cap is not None:
+        # exp may overflow to inf; clamp(max=cap) turns that into cap exactly.
+        w = torch.exp(old - sampler).clamp(max=tis_cap).detach()
+        pg = pg * w
+        metrics["tis_weight_mean"] = _masked_mean(w, valid)
+    return pg, metrics
+
+
+def ratio_metrics(log_ratio, ratio, valid):
+    """approx_kl (k3 estimate of KL(old || new) from the token ratio exp(log_ratio)) and
+    ratio_mean/max/min of the ratio used, over valid tokens (0 when there are none)."""
+    with torch.no_grad():
+        log_ratio, r = log_ratio.detach(), ratio.detach()
+        any_valid = valid.any()
+        return {
+            "approx_kl": _masked_mean(torch.exp(log_ratio) - 1.0 - log_ratio, valid),
+            "ratio_mean": _masked_mean(r, valid),
+            "ratio_max": torch.where(any_valid, torch.where(valid, r, 0.0).max(), 0.0),
+            "ratio_min": torch.where(any_valid, torch.where(valid, r, torch.inf).min(), 0.0),
+        }
+
+
 def ppo_policy_loss(
     logp,
     old_logp,
@@ -159,19 +234,13 @@ def ppo_policy_loss(
     ratio_mean/max/min (the ratio used), dropped_nonfinite (count), and with
     sampler_logp: sampler_gap_mean/max (|old - sampler|), tis_weight_mean.
     """
-    _check_flat("ppo_policy_loss", logp=logp, old_logp=old_logp, adv=adv, mask=mask,
-                sampler_logp=sampler_logp, seg_ids=seg_ids, ratio_seg_ids=ratio_seg_ids)
-    if logp.numel() == 0:
-        raise ValueError("ppo_policy_loss: empty batch (N = 0)")
+    tis_cap = check_policy_inputs("ppo_policy_loss", logp, old_logp, adv, mask, sampler_logp, tis_cap,
+                                  seg_ids=seg_ids, ratio_seg_ids=ratio_seg_ids)
     if not 0.0 <= clip_low < 1.0 or not clip_high >= 0.0:
         raise ValueError(f"ppo_policy_loss: need 0 <= clip_low < 1 and clip_high >= 0, got {clip_low}, {clip_high}")
-    # 0 means off, as in the config (algo.dual_clip = 0, algo.tis_cap = 0).
-    dual_clip = dual_clip or None
-    tis_cap = tis_cap or None
+    dual_clip = dual_clip or None  # 0 means off, as algo.dual_clip = 0
     if dual_clip is not None and not dual_clip > 1.0:
         raise ValueError(f"ppo_policy_loss: dual_clip={dual_clip} must be > 1 (or 0/None for off)")
-    if tis_cap is not None and (sampler_logp is None or not tis_cap > 0):
-        raise ValueError(f"ppo_policy_loss: tis_cap={tis_cap} needs sampler_logp and a value > 0 (or 0/None for off)")
     if ratio_level not in ("token", "seq", "step"):
         raise ValueError(f"ppo_policy_loss: ratio_level={ratio_level!r} not in ('token', 'seq', 'step')")
     ratio_seg = seg_ids if ratio_seg_ids is None else ratio_seg_ids
@@ -179,53 +248,15 @@ def ppo_policy_loss(
         raise ValueError(f"ppo_policy_loss: ratio_level={ratio_level!r} needs seg_ids or ratio_seg_ids")
 
     valid, old, a, sampler_logp, dropped = drop_nonfinite(logp, old_logp, adv, mask, sampler_logp)
-
-    log_ratio = (logp - old).clamp(-log_ratio_clamp, log_ratio_clamp)  # [N]
-    if ratio_level == "token":
-        ratio = torch.exp(log_ratio)
-    else:
-        ratio_segments = num_segments if ratio_seg_ids is None else None
-        seg_lr = segment_sum(log_ratio.detach(), valid, ratio_seg, ratio_segments)  # [R]
-        seg_n = segment_sum(torch.ones_like(log_ratio), valid, ratio_seg, seg_lr.numel())  # [R]
-        seq_log_ratio = (seg_lr / seg_n.clamp(min=1))[ratio_seg]  # [N]
-        ratio = torch.exp(seq_log_ratio + logp - logp.detach())
-
-    clipped_ratio = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
-    pg_unclipped = -a * ratio
-    pg_clipped = -a * clipped_ratio
-    pg = torch.maximum(pg_unclipped, pg_clipped)  # [N]
-    clipped = pg_clipped > pg_unclipped
-    dual = torch.zeros_like(valid)
-    if dual_clip is not None:
-        pg_dual = -a * dual_clip
-        dual = (a < 0) & (pg > pg_dual)
-        pg = torch.where(a < 0, torch.minimum(pg, pg_dual), pg)
-
-    metrics = {}
-    if sampler_logp is not None:
-        sampler = torch.where(valid, sampler_logp, old)
-        gap = (old - sampler).abs()
-        metrics["sampler_gap_mean"] = _masked_mean(gap, valid).detach()
-        metrics["sampler_gap_max"] = torch.where(valid, gap, 0.0).max().detach()
-        if tis_cap is not None:
-            # exp may overflow to inf; clamp(max=cap) turns that into cap exactly.
-            w = torch.exp(old - sampler).clamp(max=tis_cap).detach()
-            pg = pg * w
-            metrics["tis_weight_mean"] = _masked_mean(w, valid)
-
+    log_ratio, ratio = policy_ratio(logp, old, valid, log_ratio_clamp, ratio_level, ratio_seg,
+                                    num_segments if ratio_seg_ids is None else None)
+    pg, clipped, dual = clipped_surrogate(a, ratio, clip_low, clip_high, dual_clip)
+    pg, metrics = sampler_correction(pg, old, sampler_logp, valid, tis_cap)
     loss = aggregate(pg, valid, seg_ids, agg, num_segments, norm, seg_sizes)
-
     with torch.no_grad():
-        tok_ratio = torch.exp(log_ratio)
-        r = ratio.detach()
-        any_valid = valid.any()
-        metrics["clip_frac"] = _masked_mean(clipped.to(r.dtype), valid)
-        metrics["dual_clip_frac"] = _masked_mean(dual.to(r.dtype), valid)
-        metrics["approx_kl"] = _masked_mean(tok_ratio - 1.0 - log_ratio.detach(), valid)
-        metrics["ratio_mean"] = _masked_mean(r, valid)
-        metrics["ratio_max"] = torch.where(any_valid, torch.where(valid, r, 0.0).max(), 0.0)
-        metrics["ratio_min"] = torch.where(any_valid, torch.where(valid, r, torch.inf).min(), 0.0)
-        metrics["dropped_nonfinite"] = dropped
+        metrics["clip_frac"] = _masked_mean(clipped.to(ratio.dtype), valid)
+        metrics["dual_clip_frac"] = _masked_mean(dual.to(ratio.dtype), valid)
+    metrics.update(ratio_metrics(log_ratio, ratio, valid), dropped_nonfinite=dropped)
     return loss, metrics
 
 

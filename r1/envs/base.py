@@ -1,27 +1,20 @@
-"""The Env API and the context policies an environment owns.
+"""The Env API: what one MDP step is, and the context machinery every env shares.
 
 One MDP step = the prompt ids the model saw -> the response ids it sampled
 -> the environment's observation, reward and done flag. The environment,
-not the trainer, decides what the model sees next (`next_prompt`):
-
-- append (default): prompt_{t+1} = prompt_t + response_t + obs_t, joined as
-  token ids, never re-encoded, so later steps score exactly the tokens the
-  model produced;
-- window: keep the first prompt (system + task) and drop the oldest whole
-  turns until the step fits the budget;
-- truncate: keep the first prompt and the most recent tokens (cutting a turn
-  if it must);
-- `summarize()`: a hook a subclass overrides to replace old turns with a
-  summary it writes.
-
-A step's prompt plus `max_new_tokens` must fit `max_context`; when it cannot
-(append, or a first prompt that is already too long), the episode ends
-cleanly with reason `context_budget` instead of running out of memory.
+not the trainer, decides what the model sees next (`next_prompt`): the
+step is appended as token ids, never re-encoded, so later steps score
+exactly the tokens the model produced; when that does not fit the budget,
+the env's summary hook (`summarize`) or its context policy
+(r1/envs/context.py: append, window, truncate) decides what is kept, or ends the episode cleanly with reason
+`context_budget` instead of running out of memory.
 
 An Observation is either messages (rendered incrementally with the chat
 template: only the new turns are encoded) or raw token ids.
 """
 from dataclasses import dataclass
+
+from r1.envs.context import CONTEXT_POLICIES, summary
 
 
 @dataclass
@@ -43,8 +36,8 @@ class Env:
     tools: list = []  # OpenAI function schemas the template renders (ToolEnv fills it)
 
     def __init__(self, tokenizer, max_context: int = 2048, max_new_tokens: int = 256, policy: str = "append"):
-        if policy not in ("append", "window", "truncate"):
-            raise ValueError(f"unknown context policy {policy!r}; expected append, window or truncate")
+        if policy not in CONTEXT_POLICIES:
+            raise ValueError(f"unknown context policy {policy!r}; expected one of {', '.join(CONTEXT_POLICIES)}")
         if not 0 < max_new_tokens < max_context:
             raise ValueError(f"max_new_tokens={max_new_tokens} must be positive and below max_context={max_context}: "
                              "a step's prompt plus its response must fit the context")
@@ -65,7 +58,8 @@ class Env:
         once when the episode ends, whatever ended it. Override it if your env holds anything."""
 
     def summarize(self, chunks: list) -> Observation | None:
-        """Override to write a summary of old turns when the budget is hit (None = no summary)."""
+        """Override to write a summary of old turns when the budget is hit (None = no summary: the context
+        policy decides); tried before any policy (r1/envs/context.py)."""
         return None
 
     # -- context -----------------------------------------------------------
@@ -92,29 +86,9 @@ class Env:
         ids = prompt + new
         if len(ids) <= self.budget:
             return ids, None
-        summary = self.summarize(self.chunks)
-        if summary is not None:
-            # The first prompt ends with an open assistant turn (the generation prompt);
-            # close it, as after a response, so the summary turn renders where a turn may start.
-            closing = self.tok.close_turn_ids([]) if summary.ids is None else []
-            ids = self.chunks[0] + closing + self.obs_ids(summary)
-            self.chunks = [self.chunks[0], ids[len(self.chunks[0]):]]
-            return (ids, None) if len(ids) <= self.budget else (None, "context_budget")
-        if self.policy == "append":
-            return None, "context_budget"
-        first = self.chunks[0]
-        room = self.budget - len(first)
-        if self.policy == "window":
-            kept = []
-            for chunk in reversed(self.chunks[1:]):
-                if sum(map(len, kept)) + len(chunk) > room:
-                    break
-                kept.insert(0, chunk)
-            if not kept:
-                return None, "context_budget"
-            self.chunks = [first] + kept
-            return [t for c in self.chunks for t in c], None
-        if room <= 0:  # truncate
-            return None, "context_budget"
-        tail = [t for c in self.chunks[1:] for t in c][-room:]
-        return first + tail, None
+        summarized = summary(self)
+        if summarized is not None:
+            ids, fits = summarized
+            return (ids, None) if fits else (None, "context_budget")
+        ids = CONTEXT_POLICIES[self.policy](self)
+        return (ids, None) if ids is not None else (None, "context_budget")

@@ -16,17 +16,15 @@ With `tools=()` and `max_steps=1` the same class is the single-step task.
 
 Rewards: the task's score of the final answer (also kept in the step's info
 as `score`, and `correct` = score > 0, so accuracy never counts a shaping
-bonus). Shaped terms, each off by default (the seed's advice: start from the
-plain task reward): `format_reward` for a step whose tool calls are all well
-formed or a final answer in the task's answer format (`answer_format(text)`),
-`malformed_penalty` for a step with a malformed call, `tool_success_reward`
-for a step whose tool calls all succeeded. All are paid per step, at most
-once a step, so an episode's shaping is bounded by max_steps times the
-largest of them; see docs/tasks.md for how each can be gamed.
+bonus), plus the rubric of r1/envs/rewards.py: weighted shaping terms, each
+off by default (start from the plain task reward). The built-in ones pay at
+most once a step, so an episode's shaping is bounded by max_steps times the
+largest weight; see docs/tasks.md for how each can be gamed.
 """
 import json
 
 from r1.envs.base import Action, Env, Observation
+from r1.envs.rewards import Rubric
 from r1.envs.tools import get_tool, validate_arguments
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
@@ -82,13 +80,17 @@ def parse_tool_calls(text: str, max_calls: int = 8):
 class ToolEnv(Env):
     def __init__(self, tokenizer, make_prompt, score, tools=("calculator",), max_steps: int = 4,
                  malformed_penalty: float = 0.0, max_calls: int = 8, format_reward: float = 0.0,
-                 tool_success_reward: float = 0.0, answer_format=None, **context):
+                 tool_success_reward: float = 0.0, answer_format=None, rewards: dict | None = None, **context):
+        """The three shaping weights keep their config names; `rewards` adds {term: weight} of
+        r1/envs/rewards.REWARDS after them."""
         super().__init__(tokenizer, **context)
         self.make_prompt, self.score, self.answer_format = make_prompt, score, answer_format
         self.format_reward, self.tool_success_reward = format_reward, tool_success_reward
         self.tool_fns = {name: get_tool(name) for name in tools}
         self.tools = [t.schema for t in self.tool_fns.values()]
         self.max_steps, self.penalty, self.max_calls = max_steps, malformed_penalty, max_calls
+        self.rubric = Rubric({"malformed": malformed_penalty, "format": format_reward,
+                              "tool_success": tool_success_reward, **(rewards or {})})
         self.specials = sorted(getattr(tokenizer, "special_tokens", ()), key=len, reverse=True)
         self.stop_texts = [tokenizer.decode([i]) for i in getattr(tokenizer, "stop_ids", ())]
 
@@ -105,8 +107,7 @@ class ToolEnv(Env):
         if not calls and not errors:
             score = float(self.score(action.text, self.sample["answer"]))
             info.update(final=True, score=score, correct=score > 0)
-            formatted = self.format_reward and self.answer_format is not None and self.answer_format(action.text)
-            return None, score + (self.format_reward if formatted else 0.0), True, info
+            return None, score + self.rubric(self, action, info), True, info
         results = []
         for name, args in calls:
             tool = self.tool_fns.get(name)
@@ -124,9 +125,7 @@ class ToolEnv(Env):
             results.append({"role": "tool", "name": self.defang(name[:40]), "content": self.defang(text)})
         for kind, message in errors:
             results.append({"role": "tool", "name": "error", "content": self.defang(f"error ({kind}): {message}")})
-        well_formed = all(k == "tool_error" for k in info["errors"])  # a call that ran and failed was well formed
-        reward = ((self.penalty if info["errors"] else 0.0) + (self.format_reward if well_formed else 0.0)
-                  + (self.tool_success_reward if not info["errors"] else 0.0))
+        reward = self.rubric(self, action, info)
         if self.t >= self.max_steps:
             info["reason"] = "max_steps"
             return None, reward, True, info
@@ -158,5 +157,5 @@ def tool_env(cfg, tokenizer, tools, make_prompt, score, answer_format=None) -> T
     e = cfg.env
     return ToolEnv(tokenizer, make_prompt, score, tools=tuple(tools), max_steps=e.max_steps if tools else 1,
                    malformed_penalty=e.malformed_penalty, format_reward=e.format_reward,
-                   tool_success_reward=e.tool_success_reward, answer_format=answer_format,
+                   tool_success_reward=e.tool_success_reward, answer_format=answer_format, rewards=e.rewards,
                    max_context=e.max_context, max_new_tokens=cfg.rollout.max_new_tokens, policy=e.context_policy)

@@ -387,7 +387,7 @@ def resolve_tool(spec: str) -> str:
     (attr a Tool, registered here; its module may register others on import). ValueError names the
     closest known tools."""
     if ":" in spec:
-        from r1.tasks.registry import import_attr
+        from r1.plugins import import_attr
 
         tool = import_attr(spec, "env.tools entry")
         if not isinstance(tool, Tool):

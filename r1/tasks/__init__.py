@@ -1,5 +1,7 @@
-"""Tasks: datasets, prompts and rewards (GSM8K and the synthetic default task).
+"""Tasks: what a run trains on (rows, the env of an episode, its reward, an expert for SFT).
 
-A task is a module with plain functions over rows of the form
-`{"id", "question", "answer", "solution"}`; this file imports nothing.
+task.py holds the `Task` record and the table, registry.py looks tasks up
+(by name or `package.module:attr`), builtin.py registers synthetic, gsm8k,
+gsm8k_tool and cli; gsm8k.py, synthetic.py and cli.py are the tasks
+themselves. This file imports nothing.
 """

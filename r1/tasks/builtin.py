@@ -13,7 +13,7 @@ folder with train/test jsonl, jsonl.gz or the HF parquet layout).
 from pathlib import Path
 
 from r1.tasks import cli, gsm8k, synthetic
-from r1.tasks.registry import Task, register_task
+from r1.tasks.task import Task, register_task
 
 GSM8K_DIR = Path(__file__).resolve().parents[2] / "data" / "gsm8k"
 
@@ -56,4 +56,5 @@ register_task(Task("gsm8k", gsm8k_rows, calculator_env, tools=(), expert=expert,
 register_task(Task("gsm8k_tool", gsm8k_rows, calculator_env, tools=("calculator",), expert=expert,
                    doc="GSM8K with the calculator, several steps"))
 register_task(Task("cli", cli.rows, cli.cli_env, tools=("shell",), expert=cli.expert, max_level=cli.MAX_LEVEL,
+                   rewards=("command",),
                    doc="command-line assistant: answer questions about a generated folder with a sandboxed shell"))

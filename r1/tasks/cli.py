@@ -5,13 +5,12 @@ A row is a generated folder tree and a request about it in plain language
 notes/todo.txt have?", "Which file in logs is the largest?"), with the
 ground-truth answer computed from the tree in memory. Each episode
 materialises the tree in a fresh temporary folder, offers the `shell` tool
-bound to an `r1.envs.cli.Sandbox` over it, and removes the folder when the
+bound to an `r1.envs.sandbox.Sandbox` over it, and removes the folder when the
 episode ends (or when the env is closed, reset or garbage collected: the
 rollout loop does not tell an env that an episode was cut short, so a
 `weakref.finalize` is the backstop). The removal runs on a background thread
 (`remove_later`; `drain()` waits for it): env steps run on the rollout loop's
-thread, and deleting ~35 files took 47 ms of wall time (3 ms of CPU) on an
-ext4 VM disk, 24 s of waiting for 512 episodes.
+thread, which must not wait for a disk (docs/LOG.md has the timing).
 
 Rows are generated like the synthetic task's: row i of (seed, level) draws
 from its own RNG keyed by the string "cli:<seed>:<level>:<i>", so it is the
@@ -51,7 +50,8 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
-from r1.envs.cli import MAX_OUTPUT, SHELL, Sandbox, shell_tool
+from r1.envs.sandbox import MAX_OUTPUT, SHELL, Sandbox, shell_tool
+from r1.envs.rewards import Reward, register_reward, well_formed
 from r1.envs.tool_env import ToolEnv
 
 MAX_LEVEL = 3
@@ -419,19 +419,20 @@ class CliEnv(ToolEnv):
     The sandbox folder is created at reset and removed (in the background, see remove_later) when the
     episode ends (a final answer or max_steps), at the next reset, on close(), or when the env is
     garbage collected.
-    `command_reward` (shaping, env.command_reward, default 0) is paid for a step whose shell commands were all
-    accepted (none refused as unsafe or unknown), whether or not they then succeeded."""
+    `command_reward` (shaping, env.command_reward, default 0) is the weight of the `command` reward term
+    (`commands_accepted`), paid after the task-wide terms."""
 
     def __init__(self, tokenizer, tools=("shell",), command_reward: float = 0.0, max_output: int = MAX_OUTPUT,
-                 **kwargs):
+                 rewards: dict | None = None, **kwargs):
         if "shell" not in tools:
             raise ValueError(f"data.task=cli needs the shell tool, but env.tools={list(tools)}; leave env.tools unset")
         super().__init__(tokenizer, make_prompt, lambda text, gold: score(self.unstop(text), gold),
-                         tools=tuple(tools), answer_format=lambda text: has_answer(self.unstop(text)), **kwargs)
+                         tools=tuple(tools), answer_format=lambda text: has_answer(self.unstop(text)),
+                         rewards={"command": command_reward, **(rewards or {})}, **kwargs)
         self.command_reward, self.max_output = command_reward, max_output
         self.tool_fns["shell"] = SHELL  # ours, even if the registry's "shell" is a user's tool of that name
         self.tools = [t.schema for t in self.tool_fns.values()]
-        self.root, self._cleanup, self._results = None, None, []
+        self.root, self._cleanup, self.shell_results = None, None, []
 
     def unstop(self, text: str) -> str:
         """The reply without the stop token that ended it (the tokenizer's, whatever its spelling)."""
@@ -444,16 +445,13 @@ class CliEnv(ToolEnv):
         self.root = tempfile.mkdtemp(prefix="r1-cli-")
         self._cleanup = weakref.finalize(self, remove_later, self.root)
         materialize(sample["tree"], self.root)
-        self.tool_fns["shell"] = shell_tool(Sandbox(self.root, max_output=self.max_output), self._results.append)
+        self.tool_fns["shell"] = shell_tool(Sandbox(self.root, max_output=self.max_output), self.shell_results.append)
         return super().reset(sample)
 
     def step(self, action):
-        self._results.clear()
+        self.shell_results.clear()
         obs, reward, done, info = super().step(action)
-        info["refused"] = sum(r.refused for r in self._results)
-        if self.command_reward and self._results and not info["refused"] and \
-                all(k == "tool_error" for k in info["errors"]):
-            reward += self.command_reward
+        info["refused"] = sum(r.refused for r in self.shell_results)
         if done:
             self.close()
         return obs, reward, done, info
@@ -466,12 +464,23 @@ class CliEnv(ToolEnv):
         self.tool_fns["shell"] = SHELL  # unbound: answers that no sandbox is there
 
 
+def commands_accepted(env, action, info) -> float:
+    """The `command` term: the step ran shell commands and the sandbox accepted them all (whitelisted,
+    inside the folder), whether or not they then succeeded."""
+    results = getattr(env, "shell_results", ())
+    return float(bool(results) and not any(r.refused for r in results) and well_formed(info))
+
+
+register_reward("command", Reward(commands_accepted, "the sandbox accepted every shell command of the step",
+                                  key="env.command_reward", general=False, paid_by="the cli task's shell sandbox"))
+
+
 def cli_env(cfg, tokenizer, tools) -> CliEnv:
     """The env factory of the cli task: ToolEnv's config keys (env.*, rollout.max_new_tokens)."""
     e = cfg.env
     return CliEnv(tokenizer, tools=tuple(tools), max_steps=e.max_steps, malformed_penalty=e.malformed_penalty,
                   format_reward=e.format_reward, tool_success_reward=e.tool_success_reward,
-                  command_reward=e.command_reward, max_context=e.max_context,
+                  command_reward=e.command_reward, rewards=e.rewards, max_context=e.max_context,
                   max_new_tokens=cfg.rollout.max_new_tokens, policy=e.context_policy)
 
 

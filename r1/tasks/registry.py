@@ -13,64 +13,24 @@ A `Task` holds everything `train.py` (RL and SFT) and `eval.py` need:
 - `expert(row, tools)`: optional, an expert chat (messages) for the SFT
   warm-up; `tools` is the list of tool schemas, or None;
 - `needs_path`: whether `data.path` must be set (a task whose data is
-  generated or shipped leaves it False).
+  generated or shipped leaves it False);
+- `max_level`: the largest `data.level` it knows (None: no levels);
+- `rewards`: the task-only reward terms its env pays (r1/envs/rewards.py;
+  the cli task's `command`); config validation reads it, so a term set for
+  a task that would ignore it is an error, without config.py importing the
+  task.
 
 `data.task` names a registered task or `package.module:attr` (attr is a
 Task); the module is imported when the config is validated, so the tasks
 and tools it registers on import count. The built-in tasks register
-themselves in `r1/tasks/builtin.py`, the same way a user's module would.
+themselves in `r1/tasks/builtin.py`, the same way a user's module would
+(the `Task` record and the table live in `task.py`, re-exported here).
 This file imports nothing heavy: config validation uses it before torch.
 """
 import difflib
-import importlib
-import os
-import sys
-from dataclasses import dataclass
-from typing import Callable
 
-
-@dataclass(frozen=True)
-class Task:
-    name: str
-    rows: Callable  # (cfg, split: str) -> list[dict]
-    env: Callable  # (cfg, tokenizer, tools: tuple[str, ...]) -> Env
-    tools: tuple = ()  # default tools; () = the task takes no tools
-    expert: Callable | None = None  # (row, tools: list[dict] | None) -> chat messages, for SFT
-    needs_path: bool = False  # data.path must name the task's data
-    max_level: int | None = None  # data.level must be in [1, max_level]; None: the task has no levels
-    doc: str = ""
-
-
-TASKS: dict[str, Task] = {}
-
-
-def register_task(task: Task, replace: bool = False) -> Task:
-    """Add a task under task.name; registering a taken name again is an error unless replace=True."""
-    if not isinstance(task, Task):
-        raise TypeError(f"register_task expects an r1.tasks.registry.Task, got {type(task).__name__}")
-    if task.name in TASKS and TASKS[task.name] is not task and not replace:
-        raise ValueError(f"task {task.name!r} is already registered (pass replace=True to replace it)")
-    TASKS[task.name] = task
-    return task
-
-
-def import_attr(spec: str, what: str):
-    """`package.module:attr` -> the attribute; one-line errors naming the spec.
-
-    The current directory is put on sys.path (as `python -m` would), so a module
-    beside the command (`countdown.py`, `examples/countdown.py`) imports."""
-    module, _, attr = spec.partition(":")
-    if not module or not attr:
-        raise ValueError(f"{what} {spec!r}: expected a registered name or package.module:attr")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        mod = importlib.import_module(module)
-    except ImportError as e:
-        raise ValueError(f"{what} {spec!r}: cannot import module {module!r} ({e})") from None
-    if not hasattr(mod, attr):
-        raise ValueError(f"{what} {spec!r}: module {module!r} has no attribute {attr!r}")
-    return getattr(mod, attr)
+from r1.plugins import import_attr  # noqa: F401  (re-exported: it lived here)
+from r1.tasks.task import TASKS, Task, register_task  # noqa: F401  (re-exported: a user's task imports them here)
 
 
 def get_task(name: str) -> Task:

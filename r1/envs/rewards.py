@@ -1,0 +1,88 @@
+"""The reward terms: name -> a function of one step, weighted by the config.
+
+A step's reward is the task's score of a final answer (0 on a tool step)
+plus the rubric: each term's weight times `fn(env, action, info)`, where
+`env` is the environment after the step (its `sample`, its tools' state),
+`action` what the model sampled and `info` the step's record (`final`,
+`errors`, `tool_calls`, and on a final answer `score`). So a reward that
+needs more than the text and the gold answer is a term here, not a subclass
+of `ToolEnv.step`.
+
+Weights come from the config: the four shaping keys keep their names
+(`env.malformed_penalty` -> malformed, `env.format_reward` -> format,
+`env.tool_success_reward` -> tool_success, `env.command_reward` -> command),
+and `env.rewards` is a mapping of any other term to its weight. Terms are
+summed in that order, one after another from 0.0, so the total is the same
+float as before the rubric existed; a weight of 0 skips its term (not even
+called). A term that only some envs can pay (`general=False`) is accepted
+only for a task that lists it in `Task.rewards`. The config reads this table
+live: a term added here is a valid `env.rewards` name. docs/tasks.md walks
+through adding one. Stdlib only (config validation imports it).
+"""
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class Reward:
+    fn: Callable  # fn(env, action, info) -> float, before the weight
+    doc: str = ""
+    key: str | None = None  # the config key holding its weight; None: set it in env.rewards
+    general: bool = True  # any ToolEnv pays it; False: only tasks listing it in Task.rewards
+    paid_by: str = ""  # for a task-only term: who pays it, as the config error says it
+
+
+def well_formed(info) -> bool:
+    """Every tool call of the step parsed and named a tool with valid arguments (a call that ran and
+    failed was well formed)."""
+    return all(k == "tool_error" for k in info["errors"])
+
+
+def malformed(env, action, info) -> float:
+    return float(bool(info["errors"]))
+
+
+def format_ok(env, action, info) -> float:
+    if info["final"]:
+        return float(env.answer_format is not None and bool(env.answer_format(action.text)))
+    return float(well_formed(info))
+
+
+def tool_success(env, action, info) -> float:
+    return float(not info["final"] and not info["errors"])
+
+
+REWARDS = {
+    "malformed": Reward(malformed, "a step with a malformed tool call or reply (use a negative weight)",
+                        key="env.malformed_penalty"),
+    "format": Reward(format_ok, "tool calls all well formed, or a final answer in the task's answer format",
+                     key="env.format_reward"),
+    "tool_success": Reward(tool_success, "a tool step whose calls all ran without error",
+                           key="env.tool_success_reward"),
+}
+
+
+def register_reward(name: str, reward: Reward, replace: bool = False) -> Reward:
+    """Add a term to REWARDS (a task module registers its task-only terms on import)."""
+    if not isinstance(reward, Reward):
+        raise TypeError(f"register_reward expects an r1.envs.rewards.Reward, got {type(reward).__name__}")
+    if name in REWARDS and REWARDS[name] is not reward and not replace:
+        raise ValueError(f"a reward named {name!r} is already registered (pass replace=True)")
+    REWARDS[name] = reward
+    return reward
+
+
+class Rubric:
+    """{term: weight} (summing order) bound to the terms' functions; zero weights are left out."""
+
+    def __init__(self, weights: dict):
+        unknown = [n for n in weights if n not in REWARDS]
+        if unknown:
+            raise ValueError(f"unknown reward {unknown[0]!r}; known: {', '.join(REWARDS)}")
+        self.terms = [(REWARDS[n].fn, float(w)) for n, w in weights.items() if w]
+
+    def __call__(self, env, action, info) -> float:
+        total = 0.0
+        for fn, weight in self.terms:
+            total += weight * fn(env, action, info)
+        return total
