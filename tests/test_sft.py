@@ -93,3 +93,14 @@ def test_sft_learns_and_its_export_starts_rl(tmp_path, tok):
     n = len(step.prompt_ids)
     ours = logp[n - 1:-1].gather(1, seq[n:, None])[:, 0]
     assert (ours - torch.tensor(step.logprobs)).abs().max() < 1e-4
+
+
+def test_no_expert_chat_within_max_context_is_one_line_and_writes_nothing(tmp_path, capsys):
+    run = tmp_path / "sft"
+    with pytest.raises(SystemExit) as e:
+        train.main(["--config", SMOKE, f"run.dir={run}", "train.stage=sft", "data.train_size=4", "train.sft_batch=4",
+                    "train.steps=2", "env.max_context=64", "rollout.max_new_tokens=8"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "env.max_context=64" in err[0] and "none of the task's 4 expert chats fits" in err[0]
+    assert not run.exists()

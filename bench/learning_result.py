@@ -1,0 +1,57 @@
+"""The learning result of a recipe run (issue 29) as one JSON object, written from the run's own files.
+
+    python bench/learning_result.py --run RUN_DIR --sft-eval SFT_EVAL.json --test-eval TEST_EVAL.json \
+        --wall WALL_SECONDS --config CONFIG [--save bench/results/learning_h200.json]
+
+The evaluation files are the last lines eval.py prints (`eval.out/eval.json` holds the same object); both
+must be of the test split, all of it, so the numbers are the ones the README may quote. Nothing here
+computes an accuracy: it copies what eval.py measured and refuses files that do not fit together.
+"""
+import argparse
+import datetime
+import json
+import os
+import sys
+
+
+def read_eval(path: str) -> dict:
+    with open(path) as f:
+        lines = [ln for ln in f.read().splitlines() if ln.strip()]
+    try:
+        res = json.loads(lines[-1])
+    except (IndexError, json.JSONDecodeError):
+        raise SystemExit(f"error: {path}: the last line is not eval.py's JSON result")
+    if "accuracy" not in res or "n" not in res:
+        raise SystemExit(f"error: {path}: no accuracy or n (is it eval.py's result?)")
+    return res
+
+
+def result(run: str, sft: dict, test: dict, wall: float, config: str, model: str) -> dict:
+    if int(sft["n"]) != int(test["n"]):
+        raise SystemExit(f"error: the SFT and final evaluations cover {sft['n']} and {test['n']} problems")
+    return {"name": "learning", "model": model, "task": "gsm8k_tool", "wall_s": round(wall, 1),
+            "sft_accuracy": sft["accuracy"], "test_accuracy": test["accuracy"], "n": int(test["n"]),
+            "config": config, "run": run, "date": datetime.date.today().isoformat()}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--run", required=True)
+    p.add_argument("--sft-eval", required=True)
+    p.add_argument("--test-eval", required=True)
+    p.add_argument("--wall", type=float, required=True, help="seconds of the whole train.py command, SFT included")
+    p.add_argument("--config", required=True)
+    p.add_argument("--model", default="SmolLM2-135M-Instruct")
+    p.add_argument("--save", help="write the object to this file too")
+    a = p.parse_args(argv)
+    out = result(a.run, read_eval(a.sft_eval), read_eval(a.test_eval), a.wall, a.config, a.model)
+    print(json.dumps(out))
+    if a.save:
+        os.makedirs(os.path.dirname(a.save) or ".", exist_ok=True)
+        with open(a.save, "w") as f:
+            json.dump(out, f, indent=1)
+            f.write("\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,39 @@
+"""bench/learning_result.py copies eval.py's numbers into the issue's JSON and refuses files that do not fit."""
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "bench", "learning_result.py")
+
+
+def _eval(path, acc, n=1319):
+    path.write_text("memory plan ...\n" + json.dumps({"n": n, "accuracy": acc, "mean_turns": 3.0}) + "\n")
+    return str(path)
+
+
+def _run(tmp_path, sft, test):
+    out = tmp_path / "res" / "learning.json"
+    p = subprocess.run([sys.executable, SCRIPT, "--run", "runs/r", "--sft-eval", sft, "--test-eval", test,
+                        "--wall", "1712.34", "--config", "configs/gsm8k_tool_30min.yaml", "--save", str(out)],
+                       capture_output=True, text=True)
+    return p, out
+
+
+def test_writes_the_issue_fields_from_the_eval_files(tmp_path):
+    p, out = _run(tmp_path, _eval(tmp_path / "s.json", 0.0705), _eval(tmp_path / "t.json", 0.1213))
+    assert p.returncode == 0, p.stderr
+    res = json.loads(out.read_text())
+    assert res == json.loads(p.stdout)
+    assert (res["name"], res["task"], res["n"]) == ("learning", "gsm8k_tool", 1319)
+    assert (res["sft_accuracy"], res["test_accuracy"], res["wall_s"]) == (0.0705, 0.1213, 1712.3)
+    assert res["config"] == "configs/gsm8k_tool_30min.yaml" and res["model"] and res["date"]
+
+
+def test_refuses_evaluations_of_different_sizes_and_non_results(tmp_path):
+    p, out = _run(tmp_path, _eval(tmp_path / "s.json", 0.07, n=500), _eval(tmp_path / "t.json", 0.12))
+    assert p.returncode != 0 and "500 and 1319" in p.stderr and not out.exists()
+    (tmp_path / "bad.json").write_text("Traceback ...\n")
+    p, out = _run(tmp_path, str(tmp_path / "bad.json"), _eval(tmp_path / "t.json", 0.12))
+    assert p.returncode != 0 and "bad.json" in p.stderr and not out.exists()
