@@ -76,6 +76,25 @@ def test_tool_from_a_module_path_is_registered_and_offered(tmp_path, monkeypatch
     assert obs.messages[0]["content"] == "cba" and not done and info["errors"] == []
 
 
+def test_a_tasks_own_tool_by_module_path_is_checked_when_the_config_is_read(tmp_path, monkeypatch):
+    (tmp_path / "mytask.py").write_text(textwrap.dedent('''
+        from r1.envs.tools import Tool, ToolResult
+        from r1.tasks import synthetic
+        from r1.tasks.registry import Task, get_task
+        SCHEMA = {"type": "function", "function": {"name": "echo2", "description": "echo",
+                  "parameters": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}}
+        ECHO = Tool(name="echo2", schema=SCHEMA, fn=lambda text: ToolResult(text, True))
+        base = get_task("synthetic")
+        TASK = Task("echo_task", base.rows, base.env, tools=("mytask:ECHO",))
+        BAD = Task("bad_tool_task", base.rows, base.env, tools=("mytask:NOPE",))
+    '''))
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(SMOKE, ["data.task=mytask:TASK"])
+    assert task_tools(cfg, get_task("mytask:TASK")) == ("echo2",)
+    with pytest.raises(ConfigError, match=r"data.task=bad_tool_task: its Task\(tools=...\) entry: .*no attribute 'NOPE'"):
+        load_config(SMOKE, ["data.task=mytask:BAD"])
+
+
 def test_shaped_rewards_are_keys_and_accuracy_ignores_them():
     cfg = load_config(SMOKE, ["env.format_reward=0.1", "env.tool_success_reward=0.05", "env.malformed_penalty=-0.2"])
 

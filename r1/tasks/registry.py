@@ -53,13 +53,17 @@ def task_tools(cfg, task: Task) -> tuple:
     """The run's tool names: env.tools if set, else the task's own; a mismatch is a ValueError."""
     from r1.envs.tools import resolve_tool  # stdlib only
 
-    tools = task.tools if cfg.env.tools is None else tuple(resolve_tool(t) for t in cfg.env.tools)
+    try:  # a task's own tools may name a plug-in (`mypkg.tools:UNITS`) just as env.tools may
+        own = tuple(resolve_tool(t) for t in task.tools)
+    except ValueError as e:
+        raise ValueError(f"data.task={task.name}: its Task(tools=...) entry: {e}") from None
+    tools = own if cfg.env.tools is None else tuple(resolve_tool(t) for t in cfg.env.tools)
     if task.tools and not tools:
         raise ValueError(f"data.task={task.name} needs tools (it offers {', '.join(task.tools)}), "
                          f"but env.tools is empty; leave env.tools unset for the task's own")
     if tools and not task.tools:
-        raise ValueError(f"data.task={task.name} takes no tools, but env.tools={list(tools)}; "
-                         f"remove env.tools (or pick a task with tools, e.g. gsm8k_tool)")
+        raise ValueError(f"data.task={task.name} takes no tools, but env.tools={list(tools)}; remove env.tools, "
+                         f"or declare the task's tools in its Task(tools=(...)) (docs/tasks.md, A tool)")
     return tools
 
 
