@@ -24,11 +24,15 @@ from dataclasses import dataclass
 
 import torch
 
+from r1 import distributed
 from r1.algos.advantages import clip_advantages, whiten
 from r1.algos.estimators import ESTIMATORS, CreditInputs
 from r1.algos.losses import kl_penalty
+from r1.algos.reward_norm import normalize_rewards, reward_moments
+from r1.packing import Plan
 
-__all__ = ["Credit", "CreditInputs", "compute", "informative_groups"]
+__all__ = ["Credit", "CreditInputs", "compute", "credit_inputs", "informative_groups", "normalized_rewards",
+           "sampler_logprobs", "score_metrics", "step_rewards"]
 
 
 @dataclass
@@ -78,3 +82,82 @@ def compute(batch: CreditInputs, algo) -> Credit:
     if algo.adv_clip:
         advantages = clip_advantages(advantages, algo.adv_clip)
     return Credit((advantages * batch.mask).float(), value_target, estimator.target, kl)
+
+
+# ------------------------------------------------------------------ inputs: from scored micro-batches
+
+
+def step_rewards(trajs: list) -> torch.Tensor:
+    """[K] float64: every step's reward, trajectory by trajectory, in step order (CreditInputs' step order)."""
+    return torch.tensor([s.reward for t in trajs for s in t.steps], dtype=torch.float64)
+
+
+def normalized_rewards(step_reward: torch.Tensor, moments: torch.Tensor, mode: str, d) -> torch.Tensor:
+    """algo.normalize_reward: add this iteration's global reward moments to the running ones `moments`
+    (count, sum, sum of squares; float64, updated in place), then normalise. Every rank joins the sum,
+    also one with no steps."""
+    if mode == "off":
+        return step_reward
+    moments += distributed.all_sum(reward_moments(step_reward), d).cpu()
+    return normalize_rewards(step_reward, moments, mode)
+
+
+def credit_inputs(trajs: list, plan: Plan, scores: list, step_reward: torch.Tensor, algo, d) -> CreditInputs:
+    """Step 3's inputs: this rank's steps and scored tokens, flat and on the CPU (float64 math).
+
+    scores: the learner's Scores of each micro-batch of `plan` (critic values with an estimator that
+    needs a critic, reference logprobs with algo.kl_coef > 0: the models r1/learner.py builds);
+    step_reward: [K] what step_rewards gives, normalised or not."""
+    mbs = plan.micro_batches
+    steps = [(ti, si) for ti, t in enumerate(trajs) for si in range(len(t.steps))]
+    step_value = tok_value = None
+    if ESTIMATORS[algo.advantage].needs_critic:
+        step_value = torch.zeros(len(steps))
+        if mbs:
+            step_value[_cat([mb.step_index for mb in mbs])] = _cat([s.step_values for s in scores]).float()
+        tok_value = _cat([s.tok_values for s in scores], torch.float32)
+    return CreditInputs(
+        groups=[t.group for t in trajs], step_reward=step_reward,
+        step_traj=torch.tensor([ti for ti, _ in steps], dtype=torch.long),
+        step_index=torch.tensor([si for _, si in steps], dtype=torch.long),
+        tok_step=_cat([mb.tok_step for mb in mbs]), tok_traj=_cat([mb.tok_traj for mb in mbs]),
+        mask=_cat([mb.mask for mb in mbs], torch.float32),
+        old_logp=_cat([s.old_logp for s in scores], torch.float32),
+        ref_logp=_cat([s.ref_logp for s in scores], torch.float32) if algo.kl_coef > 0 else None,
+        step_value=step_value, tok_value=tok_value, all_sum=lambda x: distributed.all_sum(x, d).cpu())
+
+
+def score_metrics(batch: CreditInputs, credit: Credit, sampler_logp: torch.Tensor, d) -> dict:
+    """Sampler-trainer logprob gap and KL to the reference over the global batch (every rank joins)."""
+    gap = (batch.old_logp - sampler_logp).abs()[batch.mask.bool()]
+    g = distributed.all_sum(torch.tensor([float(gap.sum()), gap.numel()]), d)
+    out = {"logprob_gap_mean": float(g[0] / g[1].clamp(min=1)),
+           "logprob_gap_max": distributed.all_max(float(gap.max()) if gap.numel() else 0.0, d)}
+    if credit.kl is not None:
+        kl = distributed.all_sum(torch.tensor([float(credit.kl.sum()), float(batch.mask.sum())]), d)
+        out["kl_ref"] = float(kl[0] / kl[1].clamp(min=1))
+    return out
+
+
+def _cat(tensors: list, dtype=torch.long) -> torch.Tensor:
+    """Concatenate per-micro-batch tensors on the CPU; an empty list gives an empty tensor."""
+    return torch.cat([t.cpu() for t in tensors]) if tensors else torch.zeros(0, dtype=dtype)
+
+
+def sampler_logprobs(trajs: list, tok_step: torch.Tensor) -> torch.Tensor:
+    """The generator's logprobs [M] in micro-batch token order (they are stored per step, in step order).
+
+    Token j of the flat order is the k-th token of step tok_step[j] that the order meets, so it takes that
+    step's k-th stored logprob: k from a stable sort by step (vectorised; a Python loop over the tokens
+    took 0.28 s of CPU for 512 GSM8K-tool episodes)."""
+    steps = [s for t in trajs for s in t.steps]
+    logprobs = torch.tensor([lp for s in steps for lp in s.logprobs], dtype=torch.float32)
+    if tok_step.numel() == 0:  # (no steps, or none scored)
+        return logprobs[:0]
+    lens = torch.tensor([len(s.response_ids) for s in steps])
+    starts = lens.cumsum(0) - lens
+    order = torch.sort(tok_step, stable=True).indices
+    by_step = tok_step[order]
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(order.numel()) - torch.searchsorted(by_step, by_step)
+    return logprobs[starts[tok_step] + rank]

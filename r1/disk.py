@@ -242,15 +242,16 @@ def measure(where_dir: str, run_dirs: list) -> Found:
     return found
 
 
-def plan_for(cfg: Config, mc, d, then_rl: Config | None = None) -> str | None:
+def plan_for(cfg: Config, mc, d, then_rl: Config | None = None, sft_of=None) -> str | None:
     """plan() for this run (d: r1.distributed.Dist), printed as one line on rank 0. Rank 0 measures
     the disk; every rank plans with its numbers, so all refuse together. None when nothing is saved
-    (train.steps=0: eval.py). `then_rl`: cfg is the SFT phase of this RL config (train.sft_steps)."""
+    (train.steps=0: eval.py). `then_rl`: cfg is the SFT phase of this RL config (train.sft_steps), which
+    `sft_of` derives from it (r1/sft.py warmup_config; passed in, as this module sits below r1/sft.py)."""
     from r1 import distributed
 
     if cfg.train.steps == 0:
         return None
-    user, sft_of = (cfg, None) if then_rl is None else (then_rl, _warmup_config)
+    user, sft_of = (cfg, None) if then_rl is None else (then_rl, sft_of)
     dirs = [cfg.run.dir] + ([then_rl.run.dir] if then_rl is not None else [])
     mine = None
     if d.main:
@@ -265,9 +266,3 @@ def plan_for(cfg: Config, mc, d, then_rl: Config | None = None) -> str | None:
     if d.main:
         print(line, flush=True)
     return line
-
-
-def _warmup_config(cfg: Config) -> Config:
-    from r1.sft import warmup_config
-
-    return warmup_config(cfg)

@@ -28,7 +28,7 @@ from r1.packing import split_by_tokens
 from r1.envs.tools import get_tool
 from r1.tasks.data import epoch_order, load_rows
 from r1.tasks.registry import get_task, task_tools
-from r1.trainer import build_model, check_run_dir, create_run_dir, lr_lambda, run_tokenizer
+from r1.run import build_model, check_run_dir, create_run_dir, lr_lambda, run_tokenizer
 
 DONE = "done"  # written after hf/: the SFT phase of an RL run is complete
 
@@ -110,7 +110,7 @@ def setup_sft(cfg, then_rl=None) -> dict:
     plan = memory.plan_for(cfg, mcfg, d)  # auto micro_tokens/checkpointing, or refuse in one line
     if then_rl is not None:  # same architecture: the RL phase starts from this model's export
         memory.plan(then_rl, mcfg, d.world, d.device.type, memory.device_capacity(d.device))
-    disk.plan_for(cfg, mcfg, d, then_rl)  # room for both phases' checkpoints and exports, or refuse
+    disk.plan_for(cfg, mcfg, d, then_rl, warmup_config)  # room for both phases' checkpoints and exports, or refuse
     model = distributed.parallelize(model, d, plan.checkpointing)
     tools = tool_schemas(cfg)
     rows = load_rows(cfg, "train")

@@ -14,7 +14,7 @@ import os
 import pytest
 
 from r1.evaluate import pass_at_k, summarize
-from r1.trainer import _traj_stats
+from r1.rollout_stats import traj_stats as _traj_stats
 from r1.trajectory import Step, Trajectory, load as load_trajs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
