@@ -1,23 +1,13 @@
-"""Credit assignment glue: from scored steps to per-token advantages and critic targets.
+"""Credit assignment, step 3 of an iteration: from scored steps to per-token advantages and critic targets.
 
-The math lives in r1/algos (pure functions); the estimator is looked up in
-`r1.algos.estimators.ESTIMATORS` by `algo.advantage`. What is done here, once
-for every estimator:
-
-1. the KL penalty in the reward (`kl_in_reward`): per token for estimators
-   whose rewards live on tokens, else summed into each step's reward;
-2. the estimator (skipped on a rank with no steps, which still joins 3);
-3. whitening over the GLOBAL batch (`algo.whiten`, or an estimator that
-   whitens, REINFORCE++): the moments (count, sum, sum of squares) are
-   all-reduced, so the result does not depend on how trajectories are dealt
-   to ranks; every rank calls it the same number of times;
-4. `adv_clip`.
-
-Inputs are one `CreditInputs` (this rank's trajectories, flat; see
-r1/algos/estimators.py). Episodes end in a terminal state (answered,
-max_steps) or are cut by the context budget; neither forms a next state the
-critic could value, so both bootstrap with 0 (`last_values` is never passed):
-a cut episode is treated as terminal.
+It owns the glue between the learner's scores and the pure math of
+r1/algos: the flat inputs (`credit_inputs`: this rank's steps and scored
+tokens on the CPU, the running reward normalisation, the sampler's logprobs
+in token order), `compute` (KL in the reward, the estimator of
+`r1.algos.estimators.ESTIMATORS` by `algo.advantage`, global whitening,
+clipping) and the logprob-gap and KL metrics. Batch statistics are reduced
+over every rank, so results do not depend on how trajectories are dealt to
+ranks.
 """
 import dataclasses
 from dataclasses import dataclass
@@ -59,6 +49,22 @@ def informative_groups(groups: list, totals: list) -> list:
 
 
 def compute(batch: CreditInputs, algo) -> Credit:
+    """Advantages and critic targets of this rank's batch, done the same way for every estimator:
+
+    1. the KL penalty in the reward (`kl_in_reward`): per token for estimators
+       whose rewards live on tokens, else summed into each step's reward;
+    2. the estimator (skipped on a rank with no steps, which still joins 3);
+    3. whitening over the GLOBAL batch (`algo.whiten`, or an estimator that
+       whitens, REINFORCE++): the moments (count, sum, sum of squares) are
+       all-reduced, so the result does not depend on how trajectories are dealt
+       to ranks; every rank calls it the same number of times;
+    4. `adv_clip`.
+
+    Episodes end in a terminal state (answered, max_steps) or are cut by the
+    context budget; neither forms a next state the critic could value, so both
+    bootstrap with 0 (`last_values` is never passed): a cut episode is treated
+    as terminal.
+    """
     estimator = ESTIMATORS[algo.advantage]
     step_reward = batch.step_reward.double().clone()
     tok_reward = None
@@ -148,8 +154,8 @@ def sampler_logprobs(trajs: list, tok_step: torch.Tensor) -> torch.Tensor:
     """The generator's logprobs [M] in micro-batch token order (they are stored per step, in step order).
 
     Token j of the flat order is the k-th token of step tok_step[j] that the order meets, so it takes that
-    step's k-th stored logprob: k from a stable sort by step (vectorised; a Python loop over the tokens
-    took 0.28 s of CPU for 512 GSM8K-tool episodes)."""
+    step's k-th stored logprob: k from a stable sort by step (vectorised: a Python loop over the tokens
+    was slow at GSM8K-tool batch sizes, docs/LOG.md)."""
     steps = [s for t in trajs for s in t.steps]
     logprobs = torch.tensor([lp for s in steps for lp in s.logprobs], dtype=torch.float32)
     if tok_step.numel() == 0:  # (no steps, or none scored)

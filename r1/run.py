@@ -20,6 +20,7 @@ from r1.tokenizer import load_tokenizer
 
 
 def resolve_dtype(cfg: Config, device) -> torch.dtype:
+    """The rollout (and export) dtype: run.dtype, where auto is bfloat16 on CUDA and float32 elsewhere."""
     if cfg.run.dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     return getattr(torch, cfg.run.dtype)
@@ -165,6 +166,8 @@ def run_tokenizer(cfg: Config):
 
 
 def lr_lambda(cfg: Config, total: int):
+    """The learning-rate factor of optimizer step `step` out of `total`: linear warm-up over train.warmup
+    steps, then constant or (train.schedule=cosine) cosine down to 10%."""
     def f(step):
         if cfg.train.warmup and step < cfg.train.warmup:
             return (step + 1) / cfg.train.warmup

@@ -1,18 +1,12 @@
-"""SFT warm-up on expert trajectories, loss on assistant tokens only.
+"""SFT on the task's expert chats, loss on assistant tokens only: train.stage=sft, or the warm-up of an RL run.
 
-Expert chats (GSM8K's `<<48/2=24>>` annotations turned into calculator
-calls whose results our calculator computes; the synthetic task likewise)
-are laid out exactly as an RL episode would be: the opening prompt rendered
-with the generation prompt, then per assistant turn its content ids and the
-closing end-of-turn token (mask 1: the model must learn to emit them),
-the forced newline after it and the tool turn rendered incrementally (mask
-0). So SFT trains on the token structure RL will sample in.
-
-The run folder is the RL trainer's (config.yaml, metrics.jsonl, tensorboard,
-checkpoints/, hf/); `model.path=RUN_DIR/hf` starts RL from it. An RL config
-with `train.sft_steps > 0` runs this as its first phase, in RUN_DIR/sft/
-(`warmup_config`), and RL then starts from RUN_DIR/sft/hf in the same
-command; `tensorboard --logdir RUN_DIR` shows both phases.
+It owns the SFT stage: laying out each expert chat exactly as an RL episode
+would be (`expert_example`), so SFT trains on the token structure RL will
+sample in, and its training loop. Its run folder has the RL trainer's layout
+(config.yaml, metrics.jsonl, tensorboard, checkpoints/, hf/), set up by the
+same r1/run.py; `model.path=RUN_DIR/hf` starts RL from it. An RL config with
+`train.sft_steps > 0` runs it first in RUN_DIR/sft/ (`warmup_config`) and RL
+then starts from RUN_DIR/sft/hf in the same command.
 """
 import copy
 import math
@@ -34,7 +28,15 @@ DONE = "done"  # written after hf/: the SFT phase of an RL run is complete
 
 
 def expert_example(tok, messages, tools) -> tuple:
-    """Expert chat -> (ids, mask) with mask 1 on assistant content and its end-of-turn token."""
+    """Expert chat -> (ids, mask) with mask 1 on assistant content and its end-of-turn token.
+
+    The opening prompt is rendered with the generation prompt, then per
+    assistant turn its content ids and the closing end-of-turn token (mask 1:
+    the model must learn to emit them), the forced newline after it and the
+    tool turn rendered incrementally (mask 0). Expert chats come from the task
+    (GSM8K's `<<48/2=24>>` annotations turned into calculator calls whose
+    results our calculator computes; the synthetic task likewise).
+    """
     first = next(i for i, m in enumerate(messages) if m["role"] == "assistant")
     ids = tok.render(messages[:first], tools=tools)
     mask = [0] * len(ids)
@@ -77,7 +79,8 @@ def tool_schemas(cfg) -> list | None:
 
 
 def warmup_config(cfg):
-    """The SFT phase of an RL run with train.sft_steps > 0: the same config as an SFT run in run.dir/sft/."""
+    """The SFT phase of an RL run with train.sft_steps > 0: the same config as an SFT run in run.dir/sft/
+    (`tensorboard --logdir RUN_DIR` shows both phases)."""
     sft = copy.deepcopy(cfg)
     sft.run.dir = os.path.join(cfg.run.dir, "sft")
     sft.train.stage, sft.train.steps, sft.train.lr = "sft", cfg.train.sft_steps, cfg.train.sft_lr

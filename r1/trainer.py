@@ -132,13 +132,13 @@ class Trainer:
         algo, d = self.cfg.algo, self.d
         t0 = time.time()
         graphs = self.actor.graph_counts()
-        with phase("r1.rollout"):
+        with phase("r1.rollout"):  # 1. rollout
             played = self.rollout(it)
         t_roll = time.time() - t0
         graphs = self.actor.graph_counts(since=graphs)
         trajs = self.trained_trajectories(played)
         t1 = time.time()
-        with phase("r1.score"):
+        with phase("r1.score"):  # 2. score and 3. credit (time_score covers both)
             plan = packing.plan(trajs, algo.minibatches, self.plan.micro_tokens, self.device)
             # FSDP: every rank runs as many micro-batches per mini-batch as the busiest rank (fillers)
             fillers = [int(distributed.all_max(len(mini), d)) - len(mini) for mini in plan.minibatches]
@@ -154,15 +154,16 @@ class Trainer:
             metrics["trained_frac"] = float(kept[0] / kept[1].clamp(min=1))
         metrics.update(score_metrics(batch, credit, sampler_logp, d))
         t2 = time.time()
-        with phase("r1.update"):
+        with phase("r1.update"):  # 4. update
             metrics.update(self.learner.update(plan, fillers, scores, credit, sampler_logp, it))
         t_train = time.time() - t2
+        # 5. log: throughput, memory, the trajectories
         n_roll = sum(len(s.response_ids) for t in played for s in t.steps)
         n_train = sum(mb.num_tokens for mb in plan.micro_batches)
         metrics.update(
             time_rollout=t_roll, time_score=t_score, time_train=t_train, lr=self.learner.sched.get_last_lr()[0],
             rollout_tok_s=float(distributed.all_sum(n_roll, d)) / max(t_roll, 1e-9),
-            **({"rollout_eager_chunks": graphs[0], "rollout_graph_captures": graphs[1]} if graphs else {}),
+            **({} if graphs is None else {"rollout_eager_chunks": graphs[0], "rollout_graph_captures": graphs[1]}),
             train_tok_s=float(distributed.all_sum(n_train, d)) * algo.ppo_epochs / max(t_train, 1e-9),
         )
         if self.device.type == "cuda":
@@ -183,7 +184,8 @@ class Trainer:
             return
         all_trajs = distributed.gather_objects(played, self.d)
         if self.d.main:
-            self.saver.save([t for ts in all_trajs for t in ts], iter_path(self.cfg.run.dir, it + 1), tokenizer=self.tok)
+            self.saver.save([t for ts in all_trajs for t in ts], iter_path(self.cfg.run.dir, it + 1),
+                            tokenizer=self.tok)
 
     def held_out(self, evaluate) -> dict:
         """evaluate(actor) on the current weights, as eval_<key> metrics (its numbers only)."""
