@@ -35,8 +35,8 @@ from r1.run import build_model, lr_lambda
 
 def build_models(cfg: Config, tok, device) -> tuple:
     """(policy, critic or None, reference or None) in float32, built in this order from the global RNG the
-    caller seeded (a pretrained critic's value head draws from it). The critic comes with GAE estimators,
-    the reference with a KL term; a tiny critic or reference starts as the policy."""
+    caller seeded (a pretrained critic's value head draws from it). A critic for an estimator that needs
+    one (GAE), a reference for a KL term (algo.kl_coef > 0); a tiny critic or reference starts as the policy."""
     policy = build_model(cfg.model.path, cfg, tok, device, seed=cfg.run.seed)
     critic = ref = None
     if ESTIMATORS[cfg.algo.advantage].needs_critic:
