@@ -1,10 +1,12 @@
 """Evaluate a model on a task split: `python eval.py --config X model.path=... eval.limit=N`.
 
 model.path may be an HF folder, a .gguf, the short name, or a run folder
-(its hf/ export is used). Prints one final JSON line with accuracy, n,
+(its hf/ export is used). No trainer is built: an actor alone (r1/actor.py
+`standalone`: the model in the rollout dtype and its generator) plays the
+episodes of r1/evaluate.py. Prints one final JSON line with accuracy, n,
 mean_turns, mean_tool_calls, malformed_rate, mean_response_len (and
-pass@k with eval.n > 1); writes the greedy trajectories and eval.json to
-eval.out (default: runs/eval-<time>/).
+pass@k with eval.n > 1); writes the greedy trajectories, eval.json and the
+resolved config.yaml to eval.out (default: runs/eval-<time>/), nothing else.
 """
 import argparse
 import json
@@ -12,7 +14,8 @@ import os
 import sys
 import time
 
-from r1.config import USER_ERRORS, ConfigError, load_config, run_main
+from r1.atomic import write_text
+from r1.config import USER_ERRORS, ConfigError, dump, load_config, run_main
 
 
 def main(argv=None):
@@ -32,15 +35,16 @@ def main(argv=None):
         sys.exit(f"error: eval.out {out} exists and is not empty (nothing was overwritten)")
     cfg.run.dir = out
     cfg.run.resume = False
-    cfg.algo.advantage, cfg.algo.kl_coef = "grpo", 0.0  # evaluation builds neither critic nor reference
-    cfg.train.steps = 0
+    cfg.train.steps = 0  # nothing is trained: the memory plan counts the generator alone, the disk plan nothing
     cfg.log.tensorboard = cfg.log.progress = False
+    from r1.actor import standalone
     from r1.evaluate import evaluate
+    from r1.run import check_run_dir
     from r1.tasks.data import load_rows
-    from r1.trainer import Trainer
 
     try:
-        trainer = Trainer(cfg)
+        check_run_dir(cfg)  # eval.out can be written (its parent exists or can be made, and is writable)
+        actor = standalone(cfg)
         rows = load_rows(cfg, cfg.eval.split)
     except USER_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)
@@ -49,18 +53,14 @@ def main(argv=None):
         print("interrupted while starting; no results were written", file=sys.stderr)
         sys.exit(130)
     try:
-        res = evaluate(trainer, rows, cfg, out_dir=out)
+        res = evaluate(actor, rows, cfg, out_dir=out)
     except KeyboardInterrupt:
         print(f"interrupted: no results were written to {out}", file=sys.stderr)
         sys.exit(130)
     res["model"] = path
     res["task"] = cfg.data.task
-    if trainer.d.main:
-        for sub in ("checkpoints", "trajectories"):  # the trainer's run-folder layout; evaluation writes neither
-            try:
-                os.rmdir(os.path.join(out, sub))
-            except OSError:
-                pass
+    if actor.d.main:
+        write_text(os.path.join(out, "config.yaml"), dump(cfg))  # the resolved config beside its results
         print(f"wrote {os.path.join(out, 'eval.json')} and the greedy episodes, "
               f"{os.path.join(out, 'eval_trajectories.jsonl.gz')}", file=sys.stderr, flush=True)
         print(json.dumps(res), flush=True)

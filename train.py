@@ -3,7 +3,9 @@
 train.stage=rl runs the RL loop (r1/trainer.py); with train.sft_steps > 0 it
 first runs an SFT warm-up on the task's expert chats in run.dir/sft/ (r1/sft.py)
 and starts RL from that policy, all in one command that `run.resume=true`
-continues at any point. train.stage=sft runs SFT alone.
+continues at any point. train.stage=sft runs SFT alone. With eval.every > 0
+it hands the trainer the held-out evaluation (r1/evaluate.py, which the
+trainer does not import) and logs the starting policy's as iteration 0.
 
 Exit codes (the same for eval.py): 0 done; 2 a user error found at start
 (config, paths, data, model, a run folder in the way or resumed with another
@@ -14,6 +16,7 @@ could not be written or a policy whose every sample is NaN; other failures
 keep their traceback).
 """
 import argparse
+import functools
 import gc
 import os
 import shutil
@@ -156,31 +159,36 @@ def run(cfg, a):
             return
         rl_after_sft(cfg)
     try:
+        from r1.tasks.data import load_rows
         from r1.trainer import Trainer
 
+        eval_rows = load_rows(cfg, cfg.eval.split) if cfg.eval.every else []  # a bad split fails before run.dir
         job = Trainer(cfg)
     except (*USER_ERRORS, CheckpointError) as e:
         fail(e)
-    if cfg.eval.every and job.start == 0:
-        eval_before(job, cfg)
-    job.fit()  # a failure during training keeps its traceback
+    evaluation = None
+    if cfg.eval.every:  # the trainer runs it every eval.every iterations, on its current weights
+        from r1.evaluate import evaluate
+
+        evaluation = functools.partial(evaluate, rows=eval_rows, cfg=cfg)
+        if job.start == 0:
+            eval_before(job, evaluation)
+    job.fit(evaluation)  # a failure during training keeps its traceback
     if job.d.main:
         from r1.summary import summarize_run
 
         print("\n" + "\n".join(summarize_run(cfg.run.dir, a.config[-1] if a.config else None)), flush=True)
 
 
-def eval_before(job, cfg):
+def eval_before(job, evaluation):
     """Held-out accuracy of the starting policy, logged as iteration 0, so every curve has a 'before'."""
-    from r1.evaluate import evaluate
-
-    res = evaluate(job, job.eval_rows, cfg, out_dir=None)
+    res = job.held_out(evaluation)
     bar, job.logger.bar = job.logger.bar, None  # iteration 0 is not a step of the progress bar
-    job.logger.log(0, {f"eval_{k}": v for k, v in res.items() if isinstance(v, (int, float))})
+    job.logger.log(0, res)
     job.logger.bar = bar
     if job.d.main:
-        print(f"held-out accuracy before RL: {100 * res.get('accuracy', 0):.1f}% of {res.get('n', 0)} problems",
-              flush=True)
+        print(f"held-out accuracy before RL: {100 * res.get('eval_accuracy', 0):.1f}% of {res.get('eval_n', 0)} "
+              f"problems", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,35 +1,12 @@
-"""Checkpoints with torch.distributed.checkpoint: atomic, checksummed, never unpickling code.
+"""Checkpoints of a run (RL and SFT): atomic, checksummed, never unpickling code.
 
-Layout: RUN_DIR/checkpoints/iter_000004/ (a DCP folder: models, optimizers,
-schedulers) plus extra.json (iteration, data cursor: what the caller passes
-as `extra`; DCP only loads keys the caller already knows, so these plain
-values live beside it), rng_rank{r}.pt per rank, and manifest.json (size and
-sha256 of every other file), and RUN_DIR/checkpoints/latest naming the
-newest verified one.
-
-Writing: everything goes into `iter_N.tmp/`; once every rank has finished,
-rank 0 fsyncs and hashes each file (reading the bytes back from disk), writes
-the manifest (temp, fsync, rename), renames the folder to `iter_N`, fsyncs
-the parent and only then points `latest` at it and prunes older checkpoints
-beyond `keep` (the new, verified one is never pruned, so the last good one
-always survives). A process killed mid-write, or a full disk, leaves the
-previous checkpoint and `latest` untouched; a write error is one line
-(CheckpointError) naming the cause ("no space left on device").
-
-Reading (`resume`): candidates newest first (`latest` first; a `latest`
-naming a missing folder falls back to the others). Each is verified before
-any of it is read: every file listed with the right size and sha256, no
-file unlisted. A damaged one is skipped for the previous one, with a warning
-naming the file and the reason; when none is usable the error lists why.
-
-No code runs on load, even for a checkpoint whose author also forged the
-manifest: DCP's `.metadata` is a pickle, so it is read with an unpickler
-that only builds DCP's own metadata classes, torch dtypes/sizes/layouts and
-paths (anything else is refused by name); DCP's non-tensor items and the
-RNG files go through `torch.load(weights_only=True)`; extra.json and the
-manifest are JSON. A checkpoint without a manifest (written before this
-format) is loaded with the same safe readers and a warning that it cannot
-be verified.
+It owns RUN_DIR/checkpoints/: per saved iteration a torch.distributed.checkpoint
+(DCP) folder, iter_000004/ (models, optimizers, schedulers), with extra.json
+(what the caller passes as `extra`: DCP only loads keys the caller already
+knows, so these plain values live beside it), rng_rank{r}.pt per rank and
+manifest.json (size and sha256 of every other file); and `latest`, naming the
+newest verified one. A resume must never read half a checkpoint nor run code
+from one: `save` verifies before it publishes, `resume` before it reads.
 """
 import contextlib
 import hashlib
@@ -232,7 +209,17 @@ class _SafePlanner(DefaultLoadPlanner):
 
 
 def save(run_dir: str, iteration: int, models: dict, optims: dict, scheds: dict, extra: dict, d, keep: int = 2):
-    """Write checkpoint `iteration`, verify it, point `latest` at it, then prune beyond `keep` (>= 1)."""
+    """Write checkpoint `iteration`, verify it, point `latest` at it, then prune beyond `keep` (>= 1).
+
+    Everything goes into `iter_N.tmp/`; once every rank has finished, rank 0
+    fsyncs and hashes each file (reading the bytes back from disk), writes the
+    manifest (temp, fsync, rename), renames the folder to `iter_N`, fsyncs the
+    parent and only then points `latest` at it and prunes older checkpoints
+    beyond `keep` (the new, verified one is never pruned, so the last good one
+    always survives). A process killed mid-write, or a full disk, leaves the
+    previous checkpoint and `latest` untouched; a write error is one line
+    (CheckpointError) naming the cause ("no space left on device").
+    """
     name = f"iter_{iteration:06d}"
     root = ckpt_dir(run_dir)
     final, tmp = os.path.join(root, name), os.path.join(root, name + ".tmp")
@@ -299,6 +286,14 @@ def load(path: str, models: dict, optims: dict, scheds: dict, d, verified: bool 
     """Restore in place from one checkpoint folder; returns the `extra` dict (iteration, cursor, ...).
 
     Verifies the folder first (unless the caller just did); a damaged one raises CheckpointError.
+    No code runs on load, even for a checkpoint whose author also forged the
+    manifest: DCP's `.metadata` is a pickle, so it is read with an unpickler
+    that only builds DCP's own metadata classes, torch dtypes/sizes/layouts and
+    paths (anything else is refused by name); DCP's non-tensor items and the
+    RNG files go through `torch.load(weights_only=True)`; extra.json and the
+    manifest are JSON. A checkpoint without a manifest (written before
+    checkpoints were checksummed) is loaded with the same safe readers and a
+    warning that it cannot be verified.
     """
     if not verified:
         problem = verify(path) if d.main else None
@@ -340,7 +335,12 @@ def _reason(e: BaseException) -> str:
 
 def resume(run_dir: str, models: dict, optims: dict, scheds: dict, d) -> tuple:
     """Load the newest usable checkpoint: (path, extra). A damaged one is skipped loudly for an older one;
-    CheckpointError when there is none (listing what was wrong with each)."""
+    CheckpointError when there is none (listing what was wrong with each).
+
+    Candidates come newest first (`latest` first; a `latest` naming a missing
+    folder falls back to the others). Each is verified before any of it is
+    read: every file listed with the right size and sha256, no file unlisted.
+    """
     tried = []
     for path in complete(run_dir):
         problem = verify(path) if d.main else None

@@ -8,7 +8,7 @@ is how many problems B solved that A missed (gained) against the reverse
 (lost). McNemar's test on those two counts, normal approximation with no
 continuity correction, two-sided p. Reads the greedy trajectories eval.py
 writes (`eval_trajectories.jsonl.gz` in an eval.out folder, or the file
-itself) and scores each with the trainer's own rule (`_traj_stats`), so
+itself) and scores each with the trainer's own rule (r1/rollout_stats.py `traj_stats`), so
 "correct" means exactly what the accuracy in eval.json means.
 """
 import argparse
@@ -16,20 +16,19 @@ import json
 import math
 import os
 
+from r1.rollout_stats import traj_stats
 from r1.trajectory import load
 
 
 def correct_by_problem(path: str) -> dict:
     """sample_id -> 1.0 / 0.0 for a folder written by eval.py (or its trajectory file)."""
-    from r1.trainer import _traj_stats
-
     if os.path.isdir(path):
         path = os.path.join(path, "eval_trajectories.jsonl.gz")
     out = {}
     for t in load(path):
         if t.sample_id in out:
             raise ValueError(f"{path}: problem {t.sample_id!r} appears twice; expected one greedy trajectory each")
-        out[t.sample_id] = _traj_stats(t)["correct"]
+        out[t.sample_id] = traj_stats(t)["correct"]
     return out
 
 

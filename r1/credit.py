@@ -1,34 +1,28 @@
-"""Credit assignment glue: from scored steps to per-token advantages and critic targets.
+"""Credit assignment, step 3 of an iteration: from scored steps to per-token advantages and critic targets.
 
-The math lives in r1/algos (pure functions); the estimator is looked up in
-`r1.algos.estimators.ESTIMATORS` by `algo.advantage`. What is done here, once
-for every estimator:
-
-1. the KL penalty in the reward (`kl_in_reward`): per token for estimators
-   whose rewards live on tokens, else summed into each step's reward;
-2. the estimator (skipped on a rank with no steps, which still joins 3);
-3. whitening over the GLOBAL batch (`algo.whiten`, or an estimator that
-   whitens, REINFORCE++): the moments (count, sum, sum of squares) are
-   all-reduced, so the result does not depend on how trajectories are dealt
-   to ranks; every rank calls it the same number of times;
-4. `adv_clip`.
-
-Inputs are one `CreditInputs` (this rank's trajectories, flat; see
-r1/algos/estimators.py). Episodes end in a terminal state (answered,
-max_steps) or are cut by the context budget; neither forms a next state the
-critic could value, so both bootstrap with 0 (`last_values` is never passed):
-a cut episode is treated as terminal.
+It owns the glue between the learner's scores and the pure math of
+r1/algos: the flat inputs (`credit_inputs`: this rank's steps and scored
+tokens on the CPU, the running reward normalisation, the sampler's logprobs
+in token order), `compute` (KL in the reward, the estimator of
+`r1.algos.estimators.ESTIMATORS` by `algo.advantage`, global whitening,
+clipping) and the logprob-gap and KL metrics. Batch statistics are reduced
+over every rank, so results do not depend on how trajectories are dealt to
+ranks.
 """
 import dataclasses
 from dataclasses import dataclass
 
 import torch
 
+from r1 import distributed
 from r1.algos.advantages import clip_advantages, whiten
 from r1.algos.estimators import ESTIMATORS, CreditInputs
 from r1.algos.losses import kl_penalty
+from r1.algos.reward_norm import normalize_rewards, reward_moments
+from r1.packing import Plan
 
-__all__ = ["Credit", "CreditInputs", "compute", "informative_groups"]
+__all__ = ["Credit", "CreditInputs", "compute", "credit_inputs", "informative_groups", "normalized_rewards",
+           "sampler_logprobs", "score_metrics", "step_rewards"]
 
 
 @dataclass
@@ -55,6 +49,22 @@ def informative_groups(groups: list, totals: list) -> list:
 
 
 def compute(batch: CreditInputs, algo) -> Credit:
+    """Advantages and critic targets of this rank's batch, done the same way for every estimator:
+
+    1. the KL penalty in the reward (`kl_in_reward`): per token for estimators
+       whose rewards live on tokens, else summed into each step's reward;
+    2. the estimator (skipped on a rank with no steps, which still joins 3);
+    3. whitening over the GLOBAL batch (`algo.whiten`, or an estimator that
+       whitens, REINFORCE++): the moments (count, sum, sum of squares) are
+       all-reduced, so the result does not depend on how trajectories are dealt
+       to ranks; every rank calls it the same number of times;
+    4. `adv_clip`.
+
+    Episodes end in a terminal state (answered, max_steps) or are cut by the
+    context budget; neither forms a next state the critic could value, so both
+    bootstrap with 0 (`last_values` is never passed): a cut episode is treated
+    as terminal.
+    """
     estimator = ESTIMATORS[algo.advantage]
     step_reward = batch.step_reward.double().clone()
     tok_reward = None
@@ -78,3 +88,82 @@ def compute(batch: CreditInputs, algo) -> Credit:
     if algo.adv_clip:
         advantages = clip_advantages(advantages, algo.adv_clip)
     return Credit((advantages * batch.mask).float(), value_target, estimator.target, kl)
+
+
+# ------------------------------------------------------------------ inputs: from scored micro-batches
+
+
+def step_rewards(trajs: list) -> torch.Tensor:
+    """[K] float64: every step's reward, trajectory by trajectory, in step order (CreditInputs' step order)."""
+    return torch.tensor([s.reward for t in trajs for s in t.steps], dtype=torch.float64)
+
+
+def normalized_rewards(step_reward: torch.Tensor, moments: torch.Tensor, mode: str, d) -> torch.Tensor:
+    """algo.normalize_reward: add this iteration's global reward moments to the running ones `moments`
+    (count, sum, sum of squares; float64, updated in place), then normalise. Every rank joins the sum,
+    also one with no steps."""
+    if mode == "off":
+        return step_reward
+    moments += distributed.all_sum(reward_moments(step_reward), d).cpu()
+    return normalize_rewards(step_reward, moments, mode)
+
+
+def credit_inputs(trajs: list, plan: Plan, scores: list, step_reward: torch.Tensor, algo, d) -> CreditInputs:
+    """Step 3's inputs: this rank's steps and scored tokens, flat and on the CPU (float64 math).
+
+    scores: the learner's Scores of each micro-batch of `plan` (critic values with an estimator that
+    needs a critic, reference logprobs with algo.kl_coef > 0: the models r1/learner.py builds);
+    step_reward: [K] what step_rewards gives, normalised or not."""
+    mbs = plan.micro_batches
+    steps = [(ti, si) for ti, t in enumerate(trajs) for si in range(len(t.steps))]
+    step_value = tok_value = None
+    if ESTIMATORS[algo.advantage].needs_critic:
+        step_value = torch.zeros(len(steps))
+        if mbs:
+            step_value[_cat([mb.step_index for mb in mbs])] = _cat([s.step_values for s in scores]).float()
+        tok_value = _cat([s.tok_values for s in scores], torch.float32)
+    return CreditInputs(
+        groups=[t.group for t in trajs], step_reward=step_reward,
+        step_traj=torch.tensor([ti for ti, _ in steps], dtype=torch.long),
+        step_index=torch.tensor([si for _, si in steps], dtype=torch.long),
+        tok_step=_cat([mb.tok_step for mb in mbs]), tok_traj=_cat([mb.tok_traj for mb in mbs]),
+        mask=_cat([mb.mask for mb in mbs], torch.float32),
+        old_logp=_cat([s.old_logp for s in scores], torch.float32),
+        ref_logp=_cat([s.ref_logp for s in scores], torch.float32) if algo.kl_coef > 0 else None,
+        step_value=step_value, tok_value=tok_value, all_sum=lambda x: distributed.all_sum(x, d).cpu())
+
+
+def score_metrics(batch: CreditInputs, credit: Credit, sampler_logp: torch.Tensor, d) -> dict:
+    """Sampler-trainer logprob gap and KL to the reference over the global batch (every rank joins)."""
+    gap = (batch.old_logp - sampler_logp).abs()[batch.mask.bool()]
+    g = distributed.all_sum(torch.tensor([float(gap.sum()), gap.numel()]), d)
+    out = {"logprob_gap_mean": float(g[0] / g[1].clamp(min=1)),
+           "logprob_gap_max": distributed.all_max(float(gap.max()) if gap.numel() else 0.0, d)}
+    if credit.kl is not None:
+        kl = distributed.all_sum(torch.tensor([float(credit.kl.sum()), float(batch.mask.sum())]), d)
+        out["kl_ref"] = float(kl[0] / kl[1].clamp(min=1))
+    return out
+
+
+def _cat(tensors: list, dtype=torch.long) -> torch.Tensor:
+    """Concatenate per-micro-batch tensors on the CPU; an empty list gives an empty tensor."""
+    return torch.cat([t.cpu() for t in tensors]) if tensors else torch.zeros(0, dtype=dtype)
+
+
+def sampler_logprobs(trajs: list, tok_step: torch.Tensor) -> torch.Tensor:
+    """The generator's logprobs [M] in micro-batch token order (they are stored per step, in step order).
+
+    Token j of the flat order is the k-th token of step tok_step[j] that the order meets, so it takes that
+    step's k-th stored logprob: k from a stable sort by step (vectorised: a Python loop over the tokens
+    was slow at GSM8K-tool batch sizes, docs/LOG.md)."""
+    steps = [s for t in trajs for s in t.steps]
+    logprobs = torch.tensor([lp for s in steps for lp in s.logprobs], dtype=torch.float32)
+    if tok_step.numel() == 0:  # (no steps, or none scored)
+        return logprobs[:0]
+    lens = torch.tensor([len(s.response_ids) for s in steps])
+    starts = lens.cumsum(0) - lens
+    order = torch.sort(tok_step, stable=True).indices
+    by_step = tok_step[order]
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(order.numel()) - torch.searchsorted(by_step, by_step)
+    return logprobs[starts[tok_step] + rank]

@@ -1,42 +1,14 @@
 """The disk plan: what a run will write to run.dir at its fullest, checked against the free space at start-up.
 
-A run that dies writing its second checkpoint has wasted every minute before
-it (issue 15: a 3B policy and critic on 2 GPUs, 65 GiB a checkpoint, 115 GiB
-free). The checkpoint's size is known from the model's shape, and the number
-of checkpoints on disk at once from the config, so the refusal can come
-before any training work, the way r1/memory.py refuses a plan that does not
-fit in memory. At its fullest, run.dir holds:
-
-- checkpoints (r1/checkpoint.py `save`, a DCP folder): for every trained
-  model (the policy; the critic when the advantage estimator needs one,
-  r1/memory.py `roles`) its float32 parameters and AdamW's two float32
-  moments, 12 bytes a parameter whatever the world size (the shards add up
-  to the whole), plus a 4-byte step per tensor, torch.save's header of each
-  tensor a rank writes, the scheduler and parameter-group fields, each
-  rank's RNG file, extra.json and manifest.json;
-- how many at once: a new checkpoint is written whole and verified before
-  the ones beyond `keep` are pruned, so up to keep + 1 coexist, but never
-  more than the run writes (every `checkpoint_every`-th iteration and the
-  last; a time limit ends the run with one save, never more than running
-  to the end would write) plus those already there (a resume prunes them
-  only after its first save). The SFT phase keeps train.keep_checkpoints
-  too and, as the warm-up of an RL run, saves every 10 x checkpoint_every
-  steps (r1/sft.py `warmup_config`);
-- hf/: the policy in the export dtype (the rollout dtype for RL, float32
-  for SFT) and the tokenizer files. The SFT phase of an RL run leaves its
-  sft/hf/ for the RL phase (its checkpoints are removed), so the RL phase
-  needs that on top of its own.
-
-Not counted: metrics.jsonl, tensorboard events and trajectories (megabytes
-an iteration). Checked against the files real tiny checkpoints and exports
-hold (tests/test_disk.py: RL and SFT on one process, RL sharded over two;
-each an upper bound within 0.5%) and the issue-15 run: 2.88 B parameters,
-policy + critic, 2 ranks: 64.3 GiB estimated, `du -h` 65G measured; hf/
-5.4 GiB both.
-
-Everything but `measure()` is arithmetic on the config; `plan_for` lets rank
-0 measure and every rank decide on rank 0's numbers, so all ranks refuse
-together with the same line.
+It owns the arithmetic of a run's disk: the bytes of a checkpoint
+(r1/checkpoint.py) and of an hf/ export from the model's shape, how many
+checkpoints coexist from the config, and the refusal of a run that would
+fill the disk before it does any training work, the way r1/memory.py refuses
+a plan that does not fit in memory: a run that dies writing a checkpoint has
+wasted every minute before it. Everything but `measure()` is arithmetic on
+the config; `plan_for` lets rank 0 measure and every rank decide on rank 0's
+numbers, so all ranks refuse together with the same line. The estimates are
+upper bounds within 0.5% of what tiny runs write (tests/test_disk.py).
 """
 import copy
 import os
@@ -139,7 +111,31 @@ class Phase:
 
 def phase(cfg: Config, mc, world: int, device_type: str, found: Found, label: str = "", hf_name: str = "hf/",
           carried: int = 0) -> Phase:
-    """The disk of a run with this config (train.stage rl or sft), given what run.dir holds already."""
+    """The disk of a run with this config (train.stage rl or sft), given what run.dir holds already.
+
+    At its fullest, run.dir holds:
+    - checkpoints (r1/checkpoint.py `save`, a DCP folder): for every trained
+      model (the policy; the critic when the advantage estimator needs one,
+      r1/memory.py `roles`) its float32 parameters and AdamW's two float32
+      moments, 12 bytes a parameter whatever the world size (the shards add up
+      to the whole), plus a 4-byte step per tensor, torch.save's header of each
+      tensor a rank writes, the scheduler and parameter-group fields, each
+      rank's RNG file, extra.json and manifest.json;
+    - how many at once: a new checkpoint is written whole and verified before
+      the ones beyond `keep` are pruned, so up to keep + 1 coexist, but never
+      more than the run writes (every `checkpoint_every`-th iteration and the
+      last; a time limit ends the run with one save, never more than running
+      to the end would write) plus those already there (a resume prunes them
+      only after its first save). The SFT phase keeps train.keep_checkpoints
+      too and, as the warm-up of an RL run, saves every 10 x checkpoint_every
+      steps (r1/sft.py `warmup_config`);
+    - hf/: the policy in the export dtype (the rollout dtype for RL, float32
+      for SFT) and the tokenizer files. The SFT phase of an RL run leaves its
+      sft/hf/ for the RL phase (its checkpoints are removed), so the RL phase
+      needs that on top of its own (`carried`).
+    Not counted: metrics.jsonl, tensorboard events and trajectories (megabytes
+    an iteration).
+    """
     sft = cfg.train.stage == "sft"
     keep = cfg.train.keep_checkpoints
     dtype_size = 4 if sft else rollout_dtype_bytes(cfg, device_type)  # r1/sft.py exports float32
@@ -242,15 +238,16 @@ def measure(where_dir: str, run_dirs: list) -> Found:
     return found
 
 
-def plan_for(cfg: Config, mc, d, then_rl: Config | None = None) -> str | None:
+def plan_for(cfg: Config, mc, d, then_rl: Config | None = None, sft_of=None) -> str | None:
     """plan() for this run (d: r1.distributed.Dist), printed as one line on rank 0. Rank 0 measures
     the disk; every rank plans with its numbers, so all refuse together. None when nothing is saved
-    (train.steps=0: eval.py). `then_rl`: cfg is the SFT phase of this RL config (train.sft_steps)."""
+    (train.steps=0: eval.py). `then_rl`: cfg is the SFT phase of this RL config (train.sft_steps), which
+    `sft_of` derives from it (r1/sft.py warmup_config; passed in, as this module sits below r1/sft.py)."""
     from r1 import distributed
 
     if cfg.train.steps == 0:
         return None
-    user, sft_of = (cfg, None) if then_rl is None else (then_rl, _warmup_config)
+    user, sft_of = (cfg, None) if then_rl is None else (then_rl, sft_of)
     dirs = [cfg.run.dir] + ([then_rl.run.dir] if then_rl is not None else [])
     mine = None
     if d.main:
@@ -265,9 +262,3 @@ def plan_for(cfg: Config, mc, d, then_rl: Config | None = None) -> str | None:
     if d.main:
         print(line, flush=True)
     return line
-
-
-def _warmup_config(cfg: Config) -> Config:
-    from r1.sft import warmup_config
-
-    return warmup_config(cfg)

@@ -92,7 +92,7 @@ def dtype_bytes(name: str) -> int:
 
 
 def rollout_dtype_bytes(cfg: Config, device_type: str) -> int:
-    """r1/trainer.py resolve_dtype: auto = bfloat16 on CUDA, float32 on the CPU."""
+    """r1/run.py resolve_dtype: auto = bfloat16 on CUDA, float32 on the CPU."""
     if cfg.run.dtype == "auto":
         return 2 if device_type == "cuda" else 4
     return dtype_bytes(cfg.run.dtype)
@@ -241,12 +241,14 @@ def _gib(b: int) -> str:
 
 
 def roles(cfg: Config) -> dict:
-    """Which models a run builds (r1/trainer.py): critic for GAE, reference for a KL term, generator for RL."""
+    """Which models a run builds (r1/learner.py, r1/actor.py): critic for GAE, reference for a KL term,
+    generator for RL; with train.steps=0 (evaluation, r1/actor.py standalone) the generator alone."""
     from r1.algos.estimators import ESTIMATORS
 
     rl = cfg.train.stage == "rl"
-    return {"critic": rl and ESTIMATORS[cfg.algo.advantage].needs_critic, "ref": rl and cfg.algo.kl_coef > 0,
-            "generator": rl}
+    trains = rl and cfg.train.steps > 0
+    return {"critic": trains and ESTIMATORS[cfg.algo.advantage].needs_critic,
+            "ref": trains and cfg.algo.kl_coef > 0, "generator": rl}
 
 
 def slots_needed(cfg: Config, world: int) -> int:
@@ -327,7 +329,7 @@ def estimate(cfg: Config, mc, world: int, device_type: str, capacity: int, devic
         rollout = max(sync, prefill, decode)
         notes["rollout"] = "weight sync" if sync >= max(prefill, decode) else "prefill + sampling"
     build = 0
-    if world > 1:  # r1/trainer.py builds each model whole (fp32, and the generator's copy) before sharding
+    if world > 1:  # r1/learner.py builds each model whole (fp32, and the generator's copy) before sharding
         build = 4 * P * (1 + r["ref"]) + (4 * Pc if r["critic"] else 0) + (g * P if r["generator"] else 0)
     return Plan(device or device_type, capacity, world, slots, cache_len, micro_tokens, checkpointing, training,
                 items, update, rollout, build, notes)

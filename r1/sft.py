@@ -1,18 +1,12 @@
-"""SFT warm-up on expert trajectories, loss on assistant tokens only.
+"""SFT on the task's expert chats, loss on assistant tokens only: train.stage=sft, or the warm-up of an RL run.
 
-Expert chats (GSM8K's `<<48/2=24>>` annotations turned into calculator
-calls whose results our calculator computes; the synthetic task likewise)
-are laid out exactly as an RL episode would be: the opening prompt rendered
-with the generation prompt, then per assistant turn its content ids and the
-closing end-of-turn token (mask 1: the model must learn to emit them),
-the forced newline after it and the tool turn rendered incrementally (mask
-0). So SFT trains on the token structure RL will sample in.
-
-The run folder is the RL trainer's (config.yaml, metrics.jsonl, tensorboard,
-checkpoints/, hf/); `model.path=RUN_DIR/hf` starts RL from it. An RL config
-with `train.sft_steps > 0` runs this as its first phase, in RUN_DIR/sft/
-(`warmup_config`), and RL then starts from RUN_DIR/sft/hf in the same
-command; `tensorboard --logdir RUN_DIR` shows both phases.
+It owns the SFT stage: laying out each expert chat exactly as an RL episode
+would be (`expert_example`), so SFT trains on the token structure RL will
+sample in, and its training loop. Its run folder has the RL trainer's layout
+(config.yaml, metrics.jsonl, tensorboard, checkpoints/, hf/), set up by the
+same r1/run.py; `model.path=RUN_DIR/hf` starts RL from it. An RL config with
+`train.sft_steps > 0` runs it first in RUN_DIR/sft/ (`warmup_config`) and RL
+then starts from RUN_DIR/sft/hf in the same command.
 """
 import copy
 import math
@@ -29,13 +23,21 @@ from r1.packing import split_by_tokens
 from r1.envs.tools import get_tool
 from r1.tasks.data import epoch_order, load_rows
 from r1.tasks.registry import get_task, task_tools
-from r1.trainer import build_model, check_run_dir, create_run_dir, lr_lambda, run_tokenizer
+from r1.run import build_model, check_run_dir, create_run_dir, lr_lambda, run_tokenizer
 
 DONE = "done"  # written after hf/: the SFT phase of an RL run is complete
 
 
 def expert_example(tok, messages, tools) -> tuple:
-    """Expert chat -> (ids, mask) with mask 1 on assistant content and its end-of-turn token."""
+    """Expert chat -> (ids, mask) with mask 1 on assistant content and its end-of-turn token.
+
+    The opening prompt is rendered with the generation prompt, then per
+    assistant turn its content ids and the closing end-of-turn token (mask 1:
+    the model must learn to emit them), the forced newline after it and the
+    tool turn rendered incrementally (mask 0). Expert chats come from the task
+    (GSM8K's `<<48/2=24>>` annotations turned into calculator calls whose
+    results our calculator computes; the synthetic task likewise).
+    """
     first = next(i for i, m in enumerate(messages) if m["role"] == "assistant")
     ids = tok.render(messages[:first], tools=tools)
     mask = [0] * len(ids)
@@ -78,7 +80,8 @@ def tool_schemas(cfg) -> list | None:
 
 
 def warmup_config(cfg):
-    """The SFT phase of an RL run with train.sft_steps > 0: the same config as an SFT run in run.dir/sft/."""
+    """The SFT phase of an RL run with train.sft_steps > 0: the same config as an SFT run in run.dir/sft/
+    (`tensorboard --logdir RUN_DIR` shows both phases)."""
     sft = copy.deepcopy(cfg)
     sft.run.dir = os.path.join(cfg.run.dir, "sft")
     sft.train.stage, sft.train.steps, sft.train.lr = "sft", cfg.train.sft_steps, cfg.train.sft_lr
@@ -111,7 +114,7 @@ def setup_sft(cfg, then_rl=None) -> dict:
     plan = memory.plan_for(cfg, mcfg, d)  # auto micro_tokens/checkpointing, or refuse in one line
     if then_rl is not None:  # same architecture: the RL phase starts from this model's export
         memory.plan(then_rl, mcfg, d.world, d.device.type, memory.device_capacity(d.device, cfg.run.memory_fraction))
-    disk.plan_for(cfg, mcfg, d, then_rl)  # room for both phases' checkpoints and exports, or refuse
+    disk.plan_for(cfg, mcfg, d, then_rl, warmup_config)  # room for both phases' checkpoints and exports, or refuse
     model = distributed.parallelize(model, d, plan.checkpointing)
     tools = tool_schemas(cfg)
     rows = load_rows(cfg, "train")

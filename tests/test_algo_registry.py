@@ -108,12 +108,12 @@ def test_doc_example_registers_and_trains_with_the_textbook_gradient(tmp_path, t
                                   "algo.entropy_coef=0", "algo.minibatches=1", "train.grad_clip=0",
                                   "log.tensorboard=false", "log.trajectories=false"])
         trainer = Trainer(cfg)
-        assert trainer.critic is None
+        assert trainer.learner.critic is None
         trajs = hand_trajs(append_only=False)
-        want = reference_grad(trainer.policy, trajs, [t.total_reward for t in trajs], "token_mean", 1.0)
+        want = reference_grad(trainer.learner.policy, trajs, [t.total_reward for t in trajs], "token_mean", 1.0)
         trainer.rollout = lambda it: trajs
         m = trainer.iteration(0)
-        got = torch.cat([p.grad.flatten().double() for p in trainer.policy.parameters() if p.grad is not None])
+        got = torch.cat([p.grad.flatten().double() for p in trainer.learner.policy.parameters() if p.grad is not None])
         assert float((got - want).norm() / want.norm()) < 1e-4
         assert m["skipped_updates"] == 0 and m["pg_loss"] < 0  # value -A per token, rewards >= 0
     finally:

@@ -14,7 +14,7 @@ import os
 import pytest
 
 from r1.evaluate import pass_at_k, summarize
-from r1.trainer import _traj_stats
+from r1.rollout_stats import traj_stats as _traj_stats
 from r1.trajectory import Step, Trajectory, load as load_trajs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -40,11 +40,38 @@ def test_eval_py_prints_final_json(tmp_path, capsys):
     with open(os.path.join(out, "eval.json")) as f:
         saved = json.load(f)
     assert saved == {k: v for k, v in res.items() if k not in ("model", "task")}
+    # no trainer, no run-folder layout: the results and the resolved config, nothing else
+    assert sorted(os.listdir(out)) == ["config.yaml", "eval.json", "eval_trajectories.jsonl.gz"]
     # a second evaluation into the same folder is refused and overwrites nothing
     before = sorted(os.listdir(out))
     with pytest.raises(SystemExit) as e:
         eval_py.main(["--config", SMOKE, "eval.limit=4", f"eval.out={out}"])
     assert str(e.value.code).startswith("error:") and sorted(os.listdir(out)) == before
+
+
+def test_periodic_evaluation_is_handed_to_the_trainer_and_matches_eval_py(tmp_path, capsys):
+    """eval.every: train.py hands the trainer r1/evaluate.py's evaluation (the trainer does not import it);
+    it logs eval_* at iteration 0 (the starting policy) and after every eval.every-th iteration. The
+    starting policy's numbers are eval.py's on the same model: both play through an actor, greedy."""
+    import train
+    from r1.config import load_config
+
+    run, out = str(tmp_path / "run"), str(tmp_path / "eval")
+    tiny = ["rollout.prompts=2", "rollout.n=2", "rollout.max_new_tokens=8", "data.train_size=16", "data.test_size=4",
+            "log.tensorboard=false", "eval.limit=4"]
+    train.main(["--config", SMOKE, *tiny, f"run.dir={run}", "eval.every=2", "train.steps=2"])
+    with open(os.path.join(run, "metrics.jsonl")) as f:
+        lines = [json.loads(x) for x in f]
+    assert [m["iter"] for m in lines] == [0, 1, 2]
+    assert [("eval_accuracy" in m) for m in lines] == [True, False, True]
+    assert lines[0]["eval_n"] == lines[2]["eval_n"] == 4
+    assert not os.path.exists(os.path.join(run, "eval.json"))  # periodic evaluation writes no files
+    capsys.readouterr()
+    eval_py.main(["--config", SMOKE, *tiny, f"eval.out={out}"])
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    for k in ("accuracy", "mean_turns", "mean_tool_calls", "mean_response_len", "reward_mean"):
+        assert lines[0][f"eval_{k}"] == res[k], k
+    assert load_config(os.path.join(out, "config.yaml")).train.steps == 0
 
 
 def step(n_tokens, reward=0.0, final=False, tool_calls=0, errors=()):

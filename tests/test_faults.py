@@ -36,9 +36,9 @@ TINY = ["rollout.prompts=2", "rollout.n=2", "rollout.max_new_tokens=8", "data.tr
 def snapshot(trainer):
     """Everything an update may touch: parameters, optimizer states, scheduler states."""
     return {
-        "params": {n: {k: v.detach().clone() for k, v in m.state_dict().items()} for n, m in trainer.models.items()},
-        "optim": {n: copy.deepcopy(o.state_dict()) for n, o in trainer.optims.items()},
-        "sched": {n: copy.deepcopy(s.state_dict()) for n, s in trainer.scheds.items()},
+        "params": {n: {k: v.detach().clone() for k, v in m.state_dict().items()} for n, m in trainer.learner.models.items()},
+        "optim": {n: copy.deepcopy(o.state_dict()) for n, o in trainer.learner.optims.items()},
+        "sched": {n: copy.deepcopy(s.state_dict()) for n, s in trainer.learner.scheds.items()},
     }
 
 
@@ -58,7 +58,7 @@ def trained(tmp_path_factory):
     run = str(tmp_path_factory.mktemp("faults") / "run")
     trainer = Trainer(load_config(SMOKE, [f"run.dir={run}", *TINY]))
     m = trainer.iteration(0)
-    assert m["skipped_updates"] == 0 and trainer.opt.state_dict()["state"]
+    assert m["skipped_updates"] == 0 and trainer.learner.opt.state_dict()["state"]
     yield trainer
     shutil.rmtree(os.path.dirname(run), ignore_errors=True)  # module-scoped: pytest's retention policy never removes it
 
@@ -78,13 +78,13 @@ def test_non_finite_loss_skips_update(trained, monkeypatch, bad):
     assert m["skipped_updates"] == trained.cfg.algo.minibatches * trained.cfg.algo.ppo_epochs
     assert "grad_norm" not in m  # metrics describe updates that happened
     assert same(snapshot(trained), before)
-    assert all(p.grad is None for mod in trained.models.values() for p in mod.parameters())
+    assert all(p.grad is None for mod in trained.learner.models.values() for p in mod.parameters())
 
 
 @pytest.mark.parametrize("which", ["policy", "critic"])
 def test_non_finite_gradient_skips_both_updates(trained, which):
     """A NaN gradient in either model skips the whole update: the policy and critic stay in step."""
-    model = trained.models[which]
+    model = trained.learner.models[which]
     param = next(p for n, p in model.named_parameters() if "layers.0" in n)
     handle = param.register_hook(lambda g: torch.full_like(g, float("nan")))
     before = snapshot(trained)

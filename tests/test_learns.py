@@ -11,7 +11,7 @@ loss, a wrong mask or a broken advantage leaves it flat.
 import pytest
 import torch
 
-import r1.trainer as trainer_mod
+import r1.actor
 from byte_tokenizer import CHATML, save_byte_tokenizer
 from r1.config import load_config
 from r1.envs.base import Env, Observation
@@ -45,7 +45,7 @@ def test_reward_rises(tmp_path, monkeypatch, advantage):
                               "rollout.prompts=4", "rollout.n=4", "rollout.max_new_tokens=8", "train.lr=2e-2",
                               "train.critic_lr=2e-2", "algo.kl_coef=0", "algo.entropy_coef=0", "algo.minibatches=1",
                               "log.tensorboard=false", "log.trajectories=false", "train.checkpoint_every=100"])
-    monkeypatch.setattr(trainer_mod, "make_env", lambda cfg, tok: lambda: CapitalEnv(tok, max_context=512,
+    monkeypatch.setattr(r1.actor, "make_env", lambda cfg, tok: lambda: CapitalEnv(tok, max_context=512,
                                                                                    max_new_tokens=8))
     t = Trainer(cfg)
     rewards = [t.iteration(it)["reward_mean"] for it in range(cfg.train.steps)]

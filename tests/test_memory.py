@@ -287,11 +287,11 @@ def test_trainer_tensors_match_the_plan(tmp_path):
     t = Trainer(cfg)
     plan = t.plan
     nbytes = lambda ts: sum(x.numel() * x.element_size() for x in ts)  # noqa: E731
-    assert t.gen.slots == plan.slots == 4 * 2  # 4 prompts x 2 samples, one rank
-    assert t.gen.cache.k.nbytes + t.gen.cache.v.nbytes == plan.items["kv cache"]
-    assert nbytes(t.ref.parameters()) == plan.items["ref"]
+    assert t.actor.gen.slots == plan.slots == 4 * 2  # 4 prompts x 2 samples, one rank
+    assert t.actor.gen.cache.k.nbytes + t.actor.gen.cache.v.nbytes == plan.items["kv cache"]
+    assert nbytes(t.learner.ref.parameters()) == plan.items["ref"]
     # after one optimizer step the policy and critic hold params, grads and two AdamW moments each
-    for model, opt, name in ((t.policy, t.opt, "policy"), (t.critic, t.copt, "critic")):
+    for model, opt, name in ((t.learner.policy, t.learner.opt, "policy"), (t.learner.critic, t.learner.copt, "critic")):
         for p in model.parameters():
             p.grad = torch.zeros_like(p)
         opt.step()

@@ -125,11 +125,11 @@ def test_filler_trains_on_nothing(models):
 
 
 def test_sampler_logprobs_follow_the_micro_batch_order():
-    """trainer.sampler_logprobs puts each step's stored logprobs at its tokens' places in the flat
+    """credit.sampler_logprobs puts each step's stored logprobs at its tokens' places in the flat
     micro-batch order (mini-batches deal trajectories round-robin; packed and per-step sequences):
     against a token-by-token loop, and token by token against the stored values."""
     from r1 import packing
-    from r1.trainer import sampler_logprobs
+    from r1.credit import sampler_logprobs
 
     trajs = make_trajs()
     rng = random.Random(3)

@@ -424,7 +424,7 @@ def test_empty_run_dir_is_a_config_error(tmp_path, monkeypatch, capsys):
 
 def test_run_dir_below_a_file_is_one_line_before_anything_is_built(tmp_path):
     from r1.config import ConfigError, load_config
-    from r1.trainer import check_run_dir
+    from r1.run import check_run_dir
 
     (tmp_path / "afile").write_text("x")
     with pytest.raises(ConfigError, match="is a file, not a folder"):
@@ -466,14 +466,14 @@ def fresh_trainer(tmp_path, *extra):
 
 
 def poison(trainer, fn):
-    real = trainer.loop.run
+    real = trainer.actor.loop.run
 
     def run(*a, **kw):
         trajs = real(*a, **kw)
         fn(trajs)
         return trajs
 
-    trainer.loop.run = run
+    trainer.actor.loop.run = run
 
 
 def test_one_episode_with_nan_logprobs_is_finished_not_a_crash(tmp_path):
@@ -522,7 +522,7 @@ def test_a_policy_with_nan_logits_stops_with_one_line(tmp_path):
 
     t = fresh_trainer(tmp_path)
     with torch.no_grad():
-        for p in t.policy.parameters():
+        for p in t.learner.policy.parameters():
             p.fill_(float("nan"))
     with pytest.raises(TrainingStopped, match="every episode's sampler logprobs were non-finite"):
         t.iteration(0)

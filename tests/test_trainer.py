@@ -78,7 +78,7 @@ def test_smoke_run_folder_and_hf_export(tmp_path):
     hf = AutoModelForCausalLM.from_pretrained(os.path.join(run, "hf"), dtype=torch.float32).eval()
     ids = torch.randint(0, trainer.model_cfg.vocab_size, (2, 11), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
-        ours, theirs = trainer.policy(ids), hf(ids).logits
+        ours, theirs = trainer.learner.policy(ids), hf(ids).logits
     assert ours.shape == theirs.shape
     assert (ours - theirs).abs().max() < 1e-4
 
@@ -184,7 +184,7 @@ def test_explained_variance_is_over_the_iteration_not_a_mean_of_micro_batches():
     explained variance of all positions at once, which a mean of per-micro-batch ratios misses
     (a micro-batch without a success has nearly constant returns and a huge negative ratio)."""
     from r1.algos.losses import explained_variance
-    from r1.trainer import _accumulate, _explained_variance, _value_moments
+    from r1.learner import _accumulate, _explained_variance, _value_moments
 
     g = torch.Generator().manual_seed(0)
     target = (torch.rand(300, generator=g) < 0.05).double()
@@ -261,7 +261,7 @@ def test_critic_warmup_and_extra_critic_epochs(tmp_path, tok_dir):
     trainer = Trainer(cfg)
     trajs = hand_trajs(append_only=True)
     trainer.rollout = lambda it: trajs
-    critic = trainer.critic
+    critic = trainer.learner.critic
     critic.zero_grad(set_to_none=True)
     loss = torch.zeros((), dtype=torch.float64)
     steps = [(s, sum(u.reward for u in t.steps[si:])) for t in trajs for si, s in enumerate(t.steps)]
@@ -271,19 +271,19 @@ def test_critic_warmup_and_extra_critic_epochs(tmp_path, tok_dir):
     loss.backward()
     want = torch.cat([p.grad.flatten().double() for p in critic.parameters() if p.grad is not None])
     critic.zero_grad(set_to_none=True)
-    policy_before = {k: v.clone() for k, v in trainer.policy.state_dict().items()}
+    policy_before = {k: v.clone() for k, v in trainer.learner.policy.state_dict().items()}
 
     def steps_taken(opt):
         return [int(st["step"]) for st in opt.state.values()]
 
     m = trainer.iteration(0)
-    assert all(torch.equal(v, trainer.policy.state_dict()[k]) for k, v in policy_before.items())
-    assert steps_taken(trainer.opt) == [] and trainer.sched.last_epoch == 0
-    assert set(steps_taken(trainer.copt)) == {3} and "grad_norm" not in m and m["critic_grad_norm"] > 0
+    assert all(torch.equal(v, trainer.learner.policy.state_dict()[k]) for k, v in policy_before.items())
+    assert steps_taken(trainer.learner.opt) == [] and trainer.learner.sched.last_epoch == 0
+    assert set(steps_taken(trainer.learner.copt)) == {3} and "grad_norm" not in m and m["critic_grad_norm"] > 0
     got = torch.cat([p.grad.flatten().double() for p in critic.parameters() if p.grad is not None])
     assert float((got - want).norm() / want.norm()) < 1e-4
     m = trainer.iteration(1)
-    assert set(steps_taken(trainer.opt)) == {1} and set(steps_taken(trainer.copt)) == {6} and m["grad_norm"] > 0
+    assert set(steps_taken(trainer.learner.opt)) == {1} and set(steps_taken(trainer.learner.copt)) == {6} and m["grad_norm"] > 0
 
 
 def test_reward_moments_run_over_iterations_and_resume(tmp_path, tok_dir):

@@ -91,16 +91,16 @@ def trainer(tmp_path_factory, tok_dir):
 @pytest.mark.parametrize("agg", ["seq_mean_token_sum", "seq_mean_token_mean"])
 def test_sequence_aggregation_matches_the_textbook_loss(trainer, agg, ratio_level, micro_tokens, append_only):
     trajs = hand_trajs(append_only)
-    start = {k: v.clone() for k, v in trainer.policy.state_dict().items()}
+    start = {k: v.clone() for k, v in trainer.learner.policy.state_dict().items()}
     a = trainer.cfg.algo
     a.loss_agg, a.ratio_level, trainer.cfg.train.micro_tokens = agg, ratio_level, micro_tokens
-    want = reference_grad(trainer.policy, trajs, grpo_textbook(trajs), agg, trainer.cfg.rollout.temperature)
+    want = reference_grad(trainer.learner.policy, trajs, grpo_textbook(trajs), agg, trainer.cfg.rollout.temperature)
     trainer.rollout = lambda it: trajs
     try:
         trainer.iteration(0)
-        got = torch.cat([p.grad.flatten().double() for p in trainer.policy.parameters() if p.grad is not None])
+        got = torch.cat([p.grad.flatten().double() for p in trainer.learner.policy.parameters() if p.grad is not None])
     finally:
-        trainer.policy.load_state_dict(start)
+        trainer.learner.policy.load_state_dict(start)
         del trainer.rollout
     err = float((got - want).norm() / want.norm())
     assert err < 1e-4, f"relative gradient error {err:.3g}"

@@ -1,0 +1,84 @@
+"""The actor: the generator and the agent loop on the policy's current weights, for training and evaluation.
+
+It owns what plays episodes: the run's tokenizer, the generator's model and
+its KV cache (r1/generate.py), the AgentEnvLoop with the task's
+environments (r1/rollout.py), and the weight refresh. The trainer's rollout
+and r1/evaluate.py both play through it, so evaluation needs no trainer:
+eval.py builds an actor alone (`standalone`) on model.path.
+
+The generator's model is the policy itself on one float32 process; on a GPU
+or under FSDP it is a full copy in the rollout dtype, which `refresh`
+overwrites from the policy's full weights before every use: never stale.
+"""
+from __future__ import annotations
+
+import torch
+
+from r1 import distributed
+from r1.config import Config
+from r1.generate import Generator, Sampling
+from r1.rollout import AgentEnvLoop
+from r1.run import build_model
+from r1.tasks.registry import make_env
+
+
+def generator_model(cfg: Config, tok, d, dtype: torch.dtype, policy=None):
+    """The generator's model: `policy` itself on one float32 process; otherwise model.path built in the
+    rollout dtype, without gradients (with a policy: a copy that `Actor.refresh` keeps current)."""
+    if policy is not None and d.world == 1 and dtype == torch.float32:
+        return policy
+    model = build_model(cfg.model.path, cfg, tok, d.device, seed=cfg.run.seed).to(dtype).eval()
+    model.requires_grad_(False)
+    return model
+
+
+class Actor:
+    """Plays episodes with one generator (`slots` rows at once) and the task's environments."""
+
+    def __init__(self, cfg: Config, tok, model, slots: int, d):
+        self.cfg, self.tok, self.model, self.d = cfg, tok, model, d
+        cache_len = cfg.rollout.cache_len or cfg.env.max_context
+        self.gen = Generator(model, slots, cache_len, stop_ids=tok.stop_ids, cuda_graphs=d.device.type == "cuda")
+        self.loop = AgentEnvLoop(self.gen, tok, make_env(cfg, tok), cfg.rollout.max_new_tokens,
+                                 sync_every=cfg.rollout.sync_every or None)
+
+    def refresh(self, policy):
+        """Copy the policy's weights into the generator's model (nothing when it is the policy). Under FSDP
+        the full weights are gathered: every rank calls it."""
+        if policy is self.model:
+            return
+        full = distributed.full_state_dict(policy)
+        with torch.no_grad():
+            for k, v in self.model.state_dict().items():
+                v.copy_(full[k])
+
+    def graph_counts(self, since: tuple | None = None) -> tuple | None:
+        """(prefill chunks run outside CUDA graphs, CUDA graphs captured: chunks and decode steps) so far, or
+        their increase `since` an earlier count; None without chunk graphs (the CPU). Eager chunks are 0
+        where chunk graphs are usable (bf16/fp16 with torch's flash kernels), else every chunk; captures
+        are shapes met for the first time."""
+        graphs = self.gen.chunk_graphs
+        if not graphs:
+            return None
+        now = (graphs.calls["eager"], len(graphs.graphs) + len(self.gen.graphs))
+        return now if since is None else (now[0] - since[0], now[1] - since[1])
+
+    def play(self, rows: list, n: int, sampling: Sampling, **run) -> list:
+        """n episodes per row with this sampling; `run`: AgentEnvLoop.run's policy_version, uid_prefix, groups."""
+        self.gen.set_sampling(sampling)
+        self.model.eval()
+        return self.loop.run(rows, n, **run)
+
+
+def standalone(cfg: Config) -> Actor:
+    """An actor on model.path with nothing to train (evaluation: train.steps=0): the model in the rollout
+    dtype, its KV cache sized by the memory plan, no run folder."""
+    from r1 import memory
+    from r1.run import resolve_dtype, run_tokenizer
+
+    d = distributed.init(cfg.run.device)
+    torch.manual_seed(cfg.run.seed)
+    tok = run_tokenizer(cfg)
+    model = generator_model(cfg, tok, d, resolve_dtype(cfg, d.device))
+    plan = memory.plan_for(cfg, model.cfg, d)
+    return Actor(cfg, tok, model, plan.slots, d)

@@ -1,0 +1,377 @@
+"""The learner: the models being trained and what is done to them: score, update, export.
+
+It owns the policy (and the critic, the reference), their AdamW optimizers
+and learning-rate schedules, and the two things an iteration does with
+them: step 2, scoring (one packed forward per model, no gradient), and
+step 4, the update (`ppo_epochs` policy and `vf_epochs` critic passes over
+`minibatches` optimizer steps), then the HF export at the end of a run.
+The loop (r1/trainer.py) decides when; credit (r1/credit.py) decides
+toward what.
+
+Each optimizer step is a sum of packed micro-batches (gradient
+accumulation) normalised by counts taken over the whole mini-batch on
+every rank, so the update does not depend on how tokens are split; the
+policy loss is the r1/algos/policy_losses.POLICY_LOSSES entry; a
+non-finite loss or gradient on any rank skips the step on every rank.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+from r1 import distributed
+from r1.algos.estimators import ESTIMATORS
+from r1.algos.losses import aggregate, entropy_bonus, kl_penalty, value_loss
+from r1.algos.policy_losses import POLICY_LOSSES, PolicyInputs
+from r1.config import Config
+from r1.credit import Credit
+from r1.model import Transformer
+from r1.packing import Plan, filler
+from r1.run import build_model, lr_lambda
+
+
+def build_models(cfg: Config, tok, device) -> tuple:
+    """(policy, critic or None, reference or None) in float32, built in this order from the global RNG the
+    caller seeded (a pretrained critic's value head draws from it). A critic for an estimator that needs
+    one (GAE), a reference for a KL term (algo.kl_coef > 0); a tiny critic or reference starts as the policy."""
+    policy = build_model(cfg.model.path, cfg, tok, device, seed=cfg.run.seed)
+    critic = ref = None
+    if ESTIMATORS[cfg.algo.advantage].needs_critic:
+        critic = build_model(cfg.model.critic_path or cfg.model.path, cfg, tok, device, value_head=True,
+                             seed=cfg.run.seed)
+        if cfg.model.path == "tiny" and not cfg.model.critic_path:  # same init as the policy body
+            critic.model.load_state_dict(policy.model.state_dict())
+    if cfg.algo.kl_coef > 0:
+        ref = build_model(cfg.model.ref_path or cfg.model.path, cfg, tok, device, seed=cfg.run.seed)
+        if cfg.model.path == "tiny" and not cfg.model.ref_path:
+            ref.load_state_dict(policy.state_dict())
+        ref.requires_grad_(False)
+    return policy, critic, ref
+
+
+class Learner:
+    """The trained models with their optimizers and schedules: scoring, the update, the export."""
+
+    def __init__(self, cfg: Config, tok, d, dtype: torch.dtype, policy: Transformer, critic: Transformer | None,
+                 ref: Transformer | None, checkpointing: bool):
+        """Wrap the models (r1/distributed.py: activation checkpointing, FSDP2 over d's ranks) and make their
+        optimizers. dtype: the rollout dtype, which the export uses."""
+        self.cfg, self.tok, self.d, self.device, self.dtype = cfg, tok, d, d.device, dtype
+        self.model_cfg = policy.cfg
+        self.policy = distributed.parallelize(policy, d, checkpointing)
+        self.critic = distributed.parallelize(critic, d, checkpointing) if critic is not None else None
+        self.ref = distributed.parallelize(ref, d, False) if ref is not None else None
+        a = cfg.algo
+        total = cfg.train.steps * a.ppo_epochs * a.minibatches
+        self.opt = torch.optim.AdamW(self.policy.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay,
+                                     betas=(0.9, 0.95))
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(cfg, total))
+        self.models, self.optims, self.scheds = {"policy": self.policy}, {"policy": self.opt}, {"policy": self.sched}
+        self.copt = self.csched = None
+        if self.critic is not None:
+            self.copt = torch.optim.AdamW(self.critic.parameters(), lr=cfg.train.critic_lr,
+                                          weight_decay=cfg.train.weight_decay, betas=(0.9, 0.95))
+            self.csched = torch.optim.lr_scheduler.LambdaLR(self.copt, lr_lambda(cfg, total))
+            self.models["critic"], self.optims["critic"], self.scheds["critic"] = self.critic, self.copt, self.csched
+
+    def autocast(self):
+        """bf16 autocast on one GPU (under FSDP the mixed-precision policy casts instead)."""
+        on = self.device.type == "cuda" and self.d.world == 1
+        return torch.autocast("cuda", dtype=torch.bfloat16, enabled=on)
+
+    @torch.no_grad()
+    def score(self, micro_batches: list, num_fillers: int = 0) -> list:
+        """Step 2: per micro-batch, the policy's old logprobs, the reference's logprobs and the critic's
+        values, from one packed forward each; then `num_fillers` filler forwards (FSDP: see packing.filler)."""
+        temperature = self.cfg.rollout.temperature or 1.0
+        out = []
+        for k, mb in enumerate(micro_batches + [filler(self.tok.pad_id, self.device)] * num_fillers):
+            args = (mb.input_ids, mb.position_ids, mb.cu_seqlens, mb.max_seqlen)
+            with self.autocast():
+                old, _ = self.policy(*args, sel=mb.sel, targets=mb.targets, temperature=temperature)
+                ref = None
+                if self.ref is not None:
+                    ref = self.ref(*args, sel=mb.sel, targets=mb.targets, temperature=temperature)[0]
+                tok_values = step_values = None
+                if self.critic is not None:
+                    values = self.critic(*args).float()
+                    tok_values, step_values = values[mb.sel], values[mb.step_pos]
+            if k < len(micro_batches):
+                out.append(Scores(old.float(), None if ref is None else ref.float(), tok_values, step_values))
+        return out
+
+    def update(self, plan: Plan, fillers: list, scores: list, credit: Credit, sampler_logp, it: int) -> dict:
+        """Step 4: `ppo_epochs` policy passes and `vf_epochs` critic passes (critic alone during
+        `critic_warmup`) over the mini-batches; returns metrics averaged over tokens / optimizer steps
+        and ranks. Every rank runs the same passes, mini-batches and (with fillers) micro-batches."""
+        algo = self.cfg.algo
+        policy_epochs = 0 if self.critic is not None and it < algo.critic_warmup else algo.ppo_epochs
+        critic_epochs = (algo.vf_epochs or algo.ppo_epochs) if self.critic is not None else 0
+        work = self.micro_batch_work(plan, scores, credit, sampler_logp)
+        stats, skipped = {}, 0
+        for epoch in range(max(policy_epochs, critic_epochs)):
+            for mini, n_fill in zip(work, fillers):
+                step_stats = self.train_minibatch(mini, n_fill, plan, epoch < policy_epochs, epoch < critic_epochs)
+                if step_stats is None:
+                    skipped += 1
+                for k, (tot, cnt) in (step_stats or {}).items():
+                    t0, c0 = stats.get(k, (0.0, 0.0))
+                    stats[k] = (t0 + tot, c0 + cnt)
+        out = _reduce_stats(stats, self.d)
+        if "ev_t" in out:
+            out["explained_variance"] = _explained_variance(*(out.pop(k) for k in ("ev_t", "ev_t2", "ev_r", "ev_r2")))
+        out["skipped_updates"] = float(skipped)
+        return out
+
+    def micro_batch_work(self, plan: Plan, scores: list, credit: Credit, sampler_logp) -> list:
+        """Per mini-batch, (micro-batch, its Scores, its Targets): the flat per-token results split back."""
+        sizes = [mb.sel.numel() for mb in plan.micro_batches]
+        advantages = torch.split(credit.advantages, sizes)
+        sampler = torch.split(sampler_logp, sizes)
+        token_targets = torch.split(credit.value_target, sizes) if credit.value_level == "token" else None
+        work, i = [], 0
+        for mini in plan.minibatches:
+            work.append([])
+            for mb in mini:
+                value_target = None
+                if credit.value_level == "step":
+                    value_target = credit.value_target[mb.step_index.cpu()].to(self.device)
+                elif credit.value_level == "token":
+                    value_target = token_targets[i].to(self.device)
+                work[-1].append((mb, scores[i], Targets(advantages[i].to(self.device), sampler[i].to(self.device),
+                                                        value_target)))
+                i += 1
+        return work
+
+    def minibatch_norms(self, mini: list, plan: Plan) -> Norms:
+        """The denominators of one mini-batch's losses, counted over all its micro-batches and ranks
+        (world x this rank's share: FSDP averages gradients), and the token count of every aggregation
+        segment over the whole mini-batch (a trajectory's steps may sit in several micro-batches)."""
+        algo = self.cfg.algo
+        by_step = algo.loss_agg == "step_mean"
+        seg_sizes = torch.zeros(plan.num_steps if by_step else plan.num_trajs, device=self.device)
+        for mb, _, _ in mini:
+            seg = mb.tok_step if by_step else mb.tok_traj
+            seg_sizes += torch.bincount(seg[mb.mask > 0], minlength=seg_sizes.numel()).to(seg_sizes.dtype)
+        mask_sum = sum(float(mb.mask.sum()) for mb, _, _ in mini)
+        count = mask_sum if algo.loss_agg == "token_mean" else float((seg_sizes > 0).sum())
+        policy = float(distributed.all_sum(count, self.d)) / self.d.world
+        step_target = ESTIMATORS[algo.advantage].target == "step"
+        critic_count = sum(mb.step_index.numel() for mb, _, _ in mini) if step_target else mask_sum
+        critic = float(distributed.all_sum(critic_count, self.d)) / self.d.world
+        return Norms(policy, critic, seg_sizes)
+
+    def train_minibatch(self, mini: list, n_fill: int, plan: Plan, train_policy: bool, train_critic: bool):
+        """Forward/backward every micro-batch, then one optimizer step; returns its stats, or None when the
+        step was skipped (non-finite loss or gradient on some rank) or there was nothing to train on.
+
+        A non-finite loss does not stop the backward passes: under FSDP every
+        rank must run the same collectives; the optimizer step is skipped.
+        """
+        norms = self.minibatch_norms(mini, plan)
+        if norms.policy <= 0:
+            return {}
+        self.opt.zero_grad(set_to_none=True)
+        if self.critic is not None:
+            self.copt.zero_grad(set_to_none=True)
+        # Metrics and losses stay on the device until the mini-batch is done (one host sync for all of
+        # them, in _flush; optimizer_step has its own for the gradient norms): a sync per micro-batch kept
+        # the GPU idle while the host queued the next one.
+        pending, finite, pg_sum, vl_sum = [], torch.ones((), device=self.device), 0.0, 0.0
+        for mb, mb_scores, targets in mini:
+            if train_policy:
+                loss, metrics = self.policy_objective(mb, mb_scores, targets, norms)
+                finite = finite * torch.isfinite(loss.detach())
+                loss.backward()
+                pending.append(({k: v.detach() if torch.is_tensor(v) else v for k, v in metrics.items()},
+                                mb.mask.sum().detach()))
+                pg_sum = pg_sum + loss.detach()
+            if train_critic:
+                loss, metrics, weight = self.critic_objective(mb, mb_scores, targets, norms.critic)
+                finite = finite * torch.isfinite(loss.detach())
+                loss.backward()
+                vl_sum = vl_sum + loss.detach()
+                pending.append(({k: v.detach() if torch.is_tensor(v) else v for k, v in metrics.items()}, weight))
+        for _ in range(n_fill):
+            self.filler_backward(self.cfg.rollout.temperature or 1.0, train_policy, train_critic)
+        # each rank's loss is world x its share of the global loss (FSDP averages gradients), so the
+        # mean over ranks of these sums, which _reduce_stats takes, is the global mini-batch loss
+        if train_policy:
+            pending.append(({"pg_loss": pg_sum}, 1.0))
+        if train_critic:
+            pending.append(({"value_loss": vl_sum}, 1.0))
+        stats = {}
+        ok = _flush(stats, pending, finite, self.device)
+        return stats if self.optimizer_step(ok, stats, train_policy, train_critic) else None
+
+    def policy_objective(self, mb, mb_scores: Scores, targets: Targets, norms: Norms):
+        """The policy loss of one micro-batch (the algo.policy_loss entry), minus the entropy bonus, plus the
+        KL loss term; all aggregated the same way (algo.loss_agg) over the mini-batch's counts."""
+        algo = self.cfg.algo
+        with self.autocast():
+            logp, entropy = self.policy(mb.input_ids, mb.position_ids, mb.cu_seqlens, mb.max_seqlen, sel=mb.sel,
+                                        targets=mb.targets, temperature=self.cfg.rollout.temperature or 1.0)
+        logp, entropy = logp.float(), entropy.float()
+        agg_seg = mb.tok_step if algo.loss_agg == "step_mean" else mb.tok_traj
+        inputs = PolicyInputs(logp, mb_scores.old_logp, targets.advantages, mb.mask, targets.sampler_logp,
+                              ratio_seg=mb.tok_step, agg_seg=agg_seg, seg_sizes=norms.seg_sizes)
+        loss, metrics = POLICY_LOSSES[algo.policy_loss].fn(inputs, algo, norms.policy)
+        if algo.entropy_coef:
+            loss = loss - algo.entropy_coef * entropy_bonus(entropy, mb.mask, agg_seg, algo.loss_agg, norms.policy,
+                                                            seg_sizes=norms.seg_sizes)
+        if self.ref is not None and algo.kl_coef and not algo.kl_in_reward:
+            kl_tok = kl_penalty(logp, mb_scores.ref_logp, algo.kl_estimator)
+            loss = loss + algo.kl_coef * aggregate(kl_tok, mb.mask, agg_seg, algo.loss_agg, norm=norms.policy,
+                                                   seg_sizes=norms.seg_sizes)
+        metrics["entropy"] = (entropy * mb.mask).sum() / mb.mask.sum().clamp(min=1)
+        return loss, metrics
+
+    def critic_objective(self, mb, mb_scores: Scores, targets: Targets, norm: float):
+        """vf_coef x the value loss of one micro-batch at the estimator's target level (a value per step at
+        its last prompt token, or per sampled token); returns (loss, metrics, their weight)."""
+        algo = self.cfg.algo
+        with self.autocast():
+            values = self.critic(mb.input_ids, mb.position_ids, mb.cu_seqlens, mb.max_seqlen).float()
+        if ESTIMATORS[algo.advantage].target == "step":
+            pred, old = values[mb.step_pos], mb_scores.step_values
+            mask = torch.ones(mb.step_pos.numel(), device=self.device)
+        else:
+            pred, old, mask = values[mb.sel], mb_scores.tok_values, mb.mask
+        loss, metrics = value_loss(pred, old, targets.value_target, mask, clip=algo.value_clip or None, norm=norm)
+        metrics.pop("explained_variance")  # a ratio per micro-batch: computed over the iteration (update)
+        metrics.update(_value_moments(pred, targets.value_target, mask))
+        return algo.vf_coef * loss, metrics, mask.sum()
+
+    def filler_backward(self, temperature: float, policy: bool = True, critic: bool = True):
+        """The forward/backward passes of a micro-batch that contributes zero gradient (see packing.filler),
+        for the models this optimizer step trains."""
+        mb = filler(self.tok.pad_id, self.device)
+        args = (mb.input_ids, mb.position_ids, mb.cu_seqlens, mb.max_seqlen)
+        if policy:
+            with self.autocast():
+                logp, ent = self.policy(*args, sel=mb.sel, targets=mb.targets, temperature=temperature)
+            ((logp.float().sum() + ent.float().sum()) * 0.0).backward()
+        if critic and self.critic is not None:
+            with self.autocast():
+                v = self.critic(*args)
+            (v.float().sum() * 0.0).backward()
+
+    def optimizer_step(self, ok: bool, stats: dict, policy: bool = True, critic: bool = True) -> bool:
+        """Clip, check finiteness, step the models this mini-batch trained; a non-finite loss or gradient
+        (on any rank) skips the update entirely: parameters, optimizer moments and the learning-rate
+        schedule stay as they were."""
+        clip = self.cfg.train.grad_clip or float("inf")
+        critic = critic and self.critic is not None
+        gn = cgn = None
+        if policy:
+            gn = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), clip)
+            gn = gn.full_tensor() if hasattr(gn, "full_tensor") else gn
+        if critic:
+            cgn = torch.nn.utils.clip_grad_norm_(self.critic.parameters(), clip)
+            cgn = cgn.full_tensor() if hasattr(cgn, "full_tensor") else cgn
+        finite = ok and all(bool(torch.isfinite(n)) for n in (gn, cgn) if n is not None)
+        finite = float(distributed.all_sum(0.0 if finite else 1.0, self.d)) == 0.0
+        if not finite:
+            warnings.warn("non-finite loss or gradient: update skipped (parameters and optimizer state unchanged)")
+            self.opt.zero_grad(set_to_none=True)
+            if self.critic is not None:
+                self.copt.zero_grad(set_to_none=True)
+            return False
+        if policy:
+            self.opt.step()
+            self.sched.step()
+        if critic:
+            self.copt.step()
+            self.csched.step()
+            _accumulate(stats, {"critic_grad_norm": cgn.detach()}, 1.0)
+        if policy:
+            _accumulate(stats, {"grad_norm": gn.detach()}, 1.0)
+        return True
+
+    def export(self):
+        """The policy as an HF folder in run.dir/hf (every rank joins the gather; rank 0 writes)."""
+        from r1.weights import save_hf
+
+        full = distributed.full_state_dict(self.policy)
+        if self.d.main:  # in the rollout dtype (bf16 on CUDA: half the disk; transformers loads either)
+            dt = self.dtype
+            save_hf({k: v.detach().to(dt).cpu().contiguous() for k, v in full.items()}, self.model_cfg.to_hf(dt),
+                    os.path.join(self.cfg.run.dir, "hf"), tokenizer=self.tok.hf)
+        distributed.barrier(self.d)
+
+
+@dataclass
+class Scores:
+    """One micro-batch's step-2 results (no gradient)."""
+    old_logp: torch.Tensor  # [M] the policy's logprobs of the sampled tokens
+    ref_logp: torch.Tensor | None  # [M] the reference's (kl_coef > 0)
+    tok_values: torch.Tensor | None  # [M] critic values at the positions predicting sampled tokens
+    step_values: torch.Tensor | None  # [K] critic values at each step's last prompt token
+
+
+@dataclass
+class Targets:
+    """One micro-batch's share of step 3: what its losses are trained toward."""
+    advantages: torch.Tensor  # [M]
+    sampler_logp: torch.Tensor  # [M] the generator's logprobs
+    value_target: torch.Tensor | None  # [K] or [M] returns for the critic
+
+
+@dataclass
+class Norms:
+    """One mini-batch's loss denominators (global count / world) and aggregation segment sizes."""
+    policy: float
+    critic: float
+    seg_sizes: torch.Tensor  # [B] or [K]: masked tokens of each segment over the whole mini-batch
+
+
+def _accumulate(stats: dict, metrics: dict, weight):
+    """stats[k] = (sum of weight * value, sum of weight): a weighted mean, reduced later."""
+    w = float(weight)
+    for k, v in metrics.items():
+        v = float(v.detach()) if torch.is_tensor(v) else float(v)
+        tot, cnt = stats.get(k, (0.0, 0.0))
+        stats[k] = (tot + v * w, cnt + w)
+
+
+def _flush(stats: dict, pending: list, finite: torch.Tensor, device) -> bool:
+    """_accumulate every (metrics, weight) of `pending`, whose values may be device tensors, and read the
+    device flag `finite`, with one host sync; returns the flag as a bool."""
+    tensors = [finite] + [v for metrics, w in pending for v in (*metrics.values(), w) if torch.is_tensor(v)]
+    host = iter(torch.stack([t.reshape(()).to(device, torch.float64) for t in tensors]).tolist())
+    ok = next(host) > 0
+    for metrics, w in pending:
+        metrics = {k: next(host) if torch.is_tensor(v) else float(v) for k, v in metrics.items()}
+        _accumulate(stats, metrics, next(host) if torch.is_tensor(w) else float(w))
+    return ok
+
+
+def _value_moments(pred, target, mask) -> dict:
+    """Means of the return and of the critic's residual, and of their squares, over a micro-batch's
+    valid positions: weighted by counts and summed over micro-batches and ranks, they give the
+    explained variance of the whole iteration. A mean of per-micro-batch ratios would not: a
+    micro-batch whose returns barely vary (no success in it) gives a huge negative ratio."""
+    keep = mask.bool()
+    t = target.detach().double()[keep]
+    r = t - pred.detach().double()[keep]
+    if t.numel() == 0:
+        return {}
+    return {"ev_t": t.mean(), "ev_t2": (t * t).mean(), "ev_r": r.mean(), "ev_r2": (r * r).mean()}
+
+
+def _explained_variance(t, t2, r, r2) -> float:
+    """1 - Var[residual] / Var[return] from the moments of _value_moments; 0 when returns are constant."""
+    var_t, var_r = t2 - t * t, r2 - r * r
+    return 1.0 - var_r / var_t if var_t > 1e-12 else 0.0
+
+
+def _reduce_stats(stats: dict, d) -> dict:
+    """Weighted means over all ranks: sums of (value * weight, weight) are added across ranks."""
+    keys = sorted({k for ks in distributed.gather_objects(sorted(stats), d) for k in ks})
+    if not keys:
+        return {}
+    t = distributed.all_sum(torch.tensor([list(stats.get(k, (0.0, 0.0))) for k in keys], dtype=torch.float64), d)
+    return {k: float(t[j, 0] / t[j, 1]) if t[j, 1] > 0 else 0.0 for j, k in enumerate(keys)}

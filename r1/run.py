@@ -1,0 +1,178 @@
+"""Run set-up shared by RL, SFT and evaluation: dtype, model building, the run folder, tokenizer, lr schedule.
+
+Every entry point starts the same way (r1/trainer.py, r1/sft.py, eval.py):
+resolve the dtype, load the run's tokenizer, build a model from model.path
+(or the seeded tiny one), check run.dir before anything is built and create
+it once everything has loaded. It sits below all three, so none of them
+imports another for its set-up.
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+
+from r1 import checkpoint, distributed
+from r1.config import Config, ConfigError
+from r1.model import Transformer, tiny_config
+from r1.tokenizer import load_tokenizer
+
+
+def resolve_dtype(cfg: Config, device) -> torch.dtype:
+    """The rollout (and export) dtype: run.dtype, where auto is bfloat16 on CUDA and float32 elsewhere."""
+    if cfg.run.dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return getattr(torch, cfg.run.dtype)
+
+
+def build_model(path: str, cfg: Config, tok, device, value_head=False, seed=0) -> Transformer:
+    """Training copy in float32 (mixed precision comes from autocast/FSDP)."""
+    if path == "tiny":
+        torch.manual_seed(seed)
+        mc = tiny_config(cfg.model.arch, tie=True, vocab_size=len(tok.hf), num_layers=cfg.model.tiny_layers,
+                         hidden_size=cfg.model.tiny_hidden, intermediate_size=2 * cfg.model.tiny_hidden,
+                         eos_token_id=tok.eos_id)
+        with torch.device(device):
+            model = Transformer(mc, value_head=value_head)
+        for name, p in model.named_parameters():  # HF-style init: small logits, a diverse random policy
+            if p.dim() == 2:
+                torch.nn.init.normal_(p, std=0.02)
+            elif name.endswith("bias"):
+                torch.nn.init.zeros_(p)
+        return model
+    return Transformer.from_pretrained(path, dtype=torch.float32, device=device, value_head=value_head)
+
+
+# Keys that do not change what a run is (where it lives, how it is logged, how long it goes, how it is split
+# into memory-sized pieces): a resume may change them freely. Any other difference needs run.allow_config_change.
+RESUME_FREE = ("run.dir", "run.resume", "run.allow_config_change", "run.device", "run.memory_fraction", "log.", "eval.",
+               "train.steps", "train.time_limit", "train.checkpoint_every", "train.keep_checkpoints", "train.micro_tokens",
+               "train.activation_checkpointing", "rollout.slots", "rollout.sync_every")
+
+
+def config_changes(cfg: Config, saved_path: str, free=RESUME_FREE) -> list:
+    """["key old -> new", ...] between a run's saved config.yaml and `cfg`, ignoring keys in `free`
+    (a key the saved file lacks is compared with its default). Read with yaml.safe_load: no code."""
+    import yaml
+
+    from r1.config import Config as Defaults, to_dict
+
+    try:
+        with open(saved_path, encoding="utf-8") as f:
+            old = yaml.safe_load(f)
+        if not isinstance(old, dict):
+            raise ValueError("not a mapping of sections")
+    except (OSError, ValueError, yaml.YAMLError) as e:
+        raise ValueError(f"cannot read the run's saved config {saved_path}: {str(e).splitlines()[0][:120]}") from None
+    new, default = to_dict(cfg), to_dict(Defaults())
+    out = []
+    for section, fields in new.items():
+        before = old.get(section) if isinstance(old.get(section), dict) else {}
+        for name, value in fields.items():
+            key = f"{section}.{name}"
+            if any(key == f or (f.endswith(".") and key.startswith(f)) for f in free):
+                continue
+            was = before.get(name, default[section][name])
+            if was != value:
+                out.append(f"{key} {was!r} -> {value!r}")
+    return out
+
+
+def check_run_dir(cfg: Config):
+    """Refuse to overwrite a run, or to resume it as something else. Every rank checks before any rank writes
+    (see create_run_dir); nothing here writes."""
+    d = cfg.run.dir
+    if not d.strip():
+        raise ConfigError("run.dir is empty; name a folder for the run")
+    if os.path.exists(d) and not os.path.isdir(d):
+        raise ConfigError(f"run.dir {d} exists and is not a folder")
+    # an RL run's own SFT phase (train.sft_steps) lives in run.dir/sft and is not another run
+    has_files = os.path.isdir(d) and bool(set(os.listdir(d)) - ({"sft"} if cfg.train.sft_steps else set()))
+    if has_files and not cfg.run.resume:
+        raise SystemExit(f"error: run.dir {d} exists and is not empty; pass run.resume=true to continue it "
+                         f"or choose another run.dir (nothing was overwritten)")
+    parent = os.path.abspath(d)
+    while not os.path.exists(parent) and os.path.dirname(parent) != parent:
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise ConfigError(f"cannot create run.dir {d}: {parent} is a file, not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"cannot write run.dir {d}: {parent} is not writable")
+    if not cfg.run.resume:
+        return
+    if not checkpoint.complete(d):
+        metrics = os.path.join(d, "metrics.jsonl")
+        if os.path.isfile(metrics) and os.path.getsize(metrics) > 0:
+            raise SystemExit(f"error: run.resume=true but {d} has no complete checkpoint to resume from")
+        if int(os.environ.get("RANK", "0")) == 0:
+            print(f"run.resume=true: {d} has no checkpoint yet, so the run starts at iteration 0", flush=True)
+        return
+    saved = os.path.join(d, "config.yaml")
+    if os.path.isfile(saved):
+        changes = config_changes(cfg, saved)
+        if changes and not cfg.run.allow_config_change:
+            raise ConfigError(f"run.resume=true with a config that changes the run saved in {saved}: "
+                              f"{'; '.join(changes)}; resume with the same settings, or pass "
+                              f"run.allow_config_change=true to go on anyway")
+
+
+def create_run_dir(cfg: Config, dist_info):
+    """(rank 0) create the folder and save the resolved config, once everything has loaded.
+
+    Called after the models, tokenizer and data loaded, so a run that fails to
+    start leaves nothing behind and the corrected command can reuse run.dir.
+    The barrier keeps rank 1 from seeing rank 0's fresh folder as another run.
+    A resumed run's config.yaml is never overwritten silently: when the new
+    config differs at all, the old file is kept as config.<n>.yaml and one
+    line says what changed.
+    """
+    from r1.atomic import describe_os_error, write_text
+    from r1.config import dump
+
+    distributed.barrier(dist_info)
+    if dist_info.main:
+        path = os.path.join(cfg.run.dir, "config.yaml")
+        try:
+            os.makedirs(os.path.join(cfg.run.dir, "checkpoints"), exist_ok=True)
+            os.makedirs(os.path.join(cfg.run.dir, "trajectories"), exist_ok=True)
+            text = dump(cfg)
+            changes = config_changes(cfg, path, free=("run.resume",)) if os.path.isfile(path) else None
+            if changes == []:
+                text = None  # the same run: the saved file stays as it is
+            elif changes:
+                n = 1
+                while os.path.exists(os.path.join(cfg.run.dir, f"config.{n}.yaml")):
+                    n += 1
+                keep = os.path.join(cfg.run.dir, f"config.{n}.yaml")
+                os.replace(path, keep)
+                what = "run.allow_config_change=true: " if cfg.run.allow_config_change else ""
+                print(f"{what}config.yaml updated ({'; '.join(changes)}); the previous one is kept as {keep}",
+                      flush=True)
+            if text is not None:
+                write_text(path, text)
+        except OSError as e:
+            raise ConfigError(f"cannot write run.dir {cfg.run.dir}: {describe_os_error(e)}") from None
+    distributed.barrier(dist_info)
+
+
+def run_tokenizer(cfg: Config):
+    """The run's tokenizer (model.tokenizer, else model.path; the tiny model borrows SmolLM2's)."""
+    src = cfg.model.tokenizer or (cfg.model.path if cfg.model.path != "tiny" else "smollm2-135m-instruct")
+    tok = load_tokenizer(src)
+    if tok.hf.chat_template is None:
+        raise ValueError(f"tokenizer {src} has no chat template; set model.tokenizer to one that has")
+    return tok
+
+
+def lr_lambda(cfg: Config, total: int):
+    """The learning-rate factor of optimizer step `step` out of `total`: linear warm-up over train.warmup
+    steps, then constant or (train.schedule=cosine) cosine down to 10%."""
+    def f(step):
+        if cfg.train.warmup and step < cfg.train.warmup:
+            return (step + 1) / cfg.train.warmup
+        if cfg.train.schedule == "cosine":
+            p = min(1.0, (step - cfg.train.warmup) / max(1, total - cfg.train.warmup))
+            return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p))
+        return 1.0
+    return f
