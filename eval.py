@@ -59,6 +59,7 @@ def main(argv=None):
         sys.exit(130)
     res["model"] = path
     res["task"] = cfg.data.task
+    res["split"] = cfg.eval.split
     if actor.d.main:
         write_text(os.path.join(out, "config.yaml"), dump(cfg))  # the resolved config beside its results
         print(f"wrote {os.path.join(out, 'eval.json')} and the greedy episodes, "

@@ -27,6 +27,9 @@ def read_eval(path: str) -> dict:
 
 
 def result(run: str, sft: dict, test: dict, wall: float, config: str, model: str) -> dict:
+    for what, res in (("SFT", sft), ("final", test)):
+        if res.get("split", "test") != "test":
+            raise SystemExit(f"error: the {what} evaluation is of split {res['split']!r}, not test")
     if int(sft["n"]) != int(test["n"]):
         raise SystemExit(f"error: the SFT and final evaluations cover {sft['n']} and {test['n']} problems")
     return {"name": "learning", "model": model, "task": "gsm8k_tool", "wall_s": round(wall, 1),

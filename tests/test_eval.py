@@ -27,7 +27,7 @@ def test_eval_py_prints_final_json(tmp_path, capsys):
     eval_py.main(["--config", SMOKE, "eval.limit=4", f"eval.out={out}", "rollout.max_new_tokens=8"])
     last = capsys.readouterr().out.strip().splitlines()[-1]
     res = json.loads(last)
-    assert res["n"] == 4 and res["task"] == "synthetic" and res["model"] == "tiny"
+    assert res["n"] == 4 and res["task"] == "synthetic" and res["model"] == "tiny" and res["split"] == "test"
     for k in ("accuracy", "mean_turns", "mean_tool_calls", "malformed_rate", "mean_response_len"):
         assert isinstance(res[k], float), k
     # the printed numbers are those of the saved greedy trajectories
@@ -39,7 +39,7 @@ def test_eval_py_prints_final_json(tmp_path, capsys):
     assert all(len(s.response_ids) <= 8 for t in trajs for s in t.steps)
     with open(os.path.join(out, "eval.json")) as f:
         saved = json.load(f)
-    assert saved == {k: v for k, v in res.items() if k not in ("model", "task")}
+    assert saved == {k: v for k, v in res.items() if k not in ("model", "task", "split")}
     # no trainer, no run-folder layout: the results and the resolved config, nothing else
     assert sorted(os.listdir(out)) == ["config.yaml", "eval.json", "eval_trajectories.jsonl.gz"]
     # a second evaluation into the same folder is refused and overwrites nothing

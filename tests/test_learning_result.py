@@ -34,6 +34,10 @@ def test_writes_the_issue_fields_from_the_eval_files(tmp_path):
 def test_refuses_evaluations_of_different_sizes_and_non_results(tmp_path):
     p, out = _run(tmp_path, _eval(tmp_path / "s.json", 0.07, n=500), _eval(tmp_path / "t.json", 0.12))
     assert p.returncode != 0 and "500 and 1319" in p.stderr and not out.exists()
+    val = tmp_path / "v.json"
+    val.write_text(json.dumps({"n": 1319, "accuracy": 0.2, "split": "val"}) + "\n")
+    p, out = _run(tmp_path, _eval(tmp_path / "s.json", 0.07), str(val))
+    assert p.returncode != 0 and "split 'val', not test" in p.stderr and not out.exists()
     (tmp_path / "bad.json").write_text("Traceback ...\n")
     p, out = _run(tmp_path, str(tmp_path / "bad.json"), _eval(tmp_path / "t.json", 0.12))
     assert p.returncode != 0 and "bad.json" in p.stderr and not out.exists()
