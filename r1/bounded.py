@@ -144,8 +144,8 @@ def text_lines(path, max_line: int, max_bytes: int, what: str = "file", gz: bool
                 return
             n += 1
             if len(line) > max_line and not (len(line) == max_line + 1 and line.endswith("\n")):
-                raise ValueError(f"{what} {path}:{n}: line longer than {size_text(max_line)} characters, the most "
-                                 f"this reads in one line; refusing to read it")
+                raise ValueError(f"{what} {path}:{n}: line longer than {size_text(max_line)}, the most this reads "
+                                 f"in one line; refusing to read it")
             yield n, line
 
 
@@ -155,7 +155,7 @@ def plain_name(name, where: str) -> str:
     """A file name that can only mean a file directly inside a folder: no `/`, `\\`, `..`, NUL, not absolute."""
     if (not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\\" in name or "\0" in name
             or os.path.isabs(name)):
-        raise ValueError(f"{where}: {name!r:.120} is not a plain file name inside the folder; refused")
+        raise ValueError(f"{where}: {name!r:.300} is not a plain file name inside the folder; refused")
     return name
 
 

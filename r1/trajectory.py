@@ -257,11 +257,13 @@ class Saver:
 # context the config allows (2^20 tokens, every prompt stored whole) is about 120 MB of JSON, so 256 MiB. A file:
 # the quickstart's iterations are about 20 MB decompressed, a 1,024-episode iteration of 4 turns of 4,096 tokens
 # about 450 MB; real files inflate 2.5-4x (ids and logprobs are digits), a degenerate policy's (one token, logprob
-# 0.0) about 40x. So up to 64x the compressed size, and at least 1 GiB: a 3 MB file of zeros that inflates 1000x
-# stops at 1 GiB read (one line of it at 256 MiB), not at a MemoryError.
+# 0.0) about 40x. So up to 64x the compressed size, and at least 256 MiB: a 3 MB file that inflates 1000x stops
+# at 256 MiB read, not at a MemoryError. Parsed, a short trajectory costs far more memory than its text, so a file
+# also holds at most 1,000,000 (a rollout batch is thousands, an evaluation 1,319 problems).
 MAX_LINE = 256 << 20
-MAX_TEXT = 1 << 30
+MAX_TEXT = 256 << 20
 MAX_RATIO = 64
+MAX_TRAJECTORIES = 1_000_000
 
 
 def read(path: str) -> tuple:
@@ -275,6 +277,9 @@ def read(path: str) -> tuple:
         for n, line in text_lines(path, MAX_LINE, MAX_TEXT, "trajectory file", gz=True, ratio=MAX_RATIO):
             if not line.strip():
                 continue
+            if len(out) >= MAX_TRAJECTORIES:
+                raise ValueError(f"trajectory file {path} holds more than {MAX_TRAJECTORIES} trajectories, the most "
+                                 f"this reads; refusing to read further")
             try:
                 rec = json.loads(line)
                 if n == 1 and isinstance(rec, dict) and "r1_trajectories" in rec:

@@ -151,10 +151,13 @@ def _last_boxed(text: str) -> str | None:
 # ---------------------------------------------------------------- loading
 
 # Read caps (r1/bounded.py): GSM8K's train split is 4.2 MB of text (7,473 rows), its longest row 1.7 KB; a
-# task file is held whole in memory as rows, so 256 MiB of text per file (60 times GSM8K train) and 1 MiB a
-# row. A 3 MB .jsonl.gz that inflates without limit stops there, as one error naming the file.
+# task file is held whole in memory as rows, so 256 MiB of text per file (60 times GSM8K train), 1 MiB a
+# row, and 1,000,000 rows (the largest public math sets have under 900,000; a million short rows are about
+# 1 GB as dicts, where 256 MiB of 35-byte rows would be 8 GB). A 3 MB .jsonl.gz that inflates without limit
+# stops at the first of these, as one error naming the file.
 MAX_FILE = 256 << 20
 MAX_ROW = 1 << 20
+MAX_ROWS = 1_000_000
 
 
 def load_split(path_or_dir: str | Path, split: str, skip_bad: bool = False) -> list[dict]:
@@ -199,9 +202,14 @@ def _split_files(root: Path, split: str) -> list[Path]:
 
 
 def _read_jsonl(path: Path):
+    rows = 0
     for line_no, line in text_lines(path, MAX_ROW, MAX_FILE, "GSM8K file"):
         if not line.strip():
             continue
+        rows += 1
+        if rows > MAX_ROWS:
+            raise ValueError(f"GSM8K file {path} has more than {MAX_ROWS} rows, the most this reads; refusing to "
+                             f"read further")
         try:
             record = json.loads(line)
         except json.JSONDecodeError as e:
