@@ -158,7 +158,8 @@ def test_links_inside_the_folder_and_the_hf_cache_layout_still_load(tmp_path):
 
 
 def test_an_index_shard_that_is_missing_is_named(tmp_path):
-    """393649a: `SafetensorError: No such file or directory` (not a user error: a traceback from train.py)."""
+    """Already one line on 393649a (a FileNotFoundError naming the shard; the test fails there only on the
+    wording): now the index that names it is in the message too, and every missing shard is listed."""
     from r1.weights import load_checkpoint
 
     folder, _, first = sharded(tmp_path)
