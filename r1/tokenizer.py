@@ -151,17 +151,23 @@ def _load(path: str) -> "ChatTokenizer":
     return ChatTokenizer(hf, path, extra_stop_ids=extra)
 
 
-def check_vocab(tok: "ChatTokenizer", vocab_size: int, model) -> None:
+def check_vocab(tok: "ChatTokenizer", vocab_size: int, model, own: bool = False) -> None:
     """Every id the tokenizer can produce must have a row in the model's embedding, or the first prompt that
     holds one ends the run with an IndexError inside the first rollout. Called where a tokenizer meets its
     model: for a .gguf (the file holds both) when the tokenizer loads, for a model folder in
     weights.load_checkpoint when the folder holds its own tokenizer; a run whose model.tokenizer names
-    another tokenizer needs the call where the trainer builds the model (r1/trainer.py)."""
+    another tokenizer needs the call where the trainer builds the model (r1/trainer.py). `own`: the tokenizer
+    is the model folder's own (the message then names the folder)."""
     n = max(len(tok.hf), 1 + max(tok.hf.added_tokens_decoder, default=-1))
-    if n > vocab_size:
-        raise ValueError(f"tokenizer {tok.name} has {n} token ids but the model {model} has {vocab_size} embedding "
-                         f"rows: ids {vocab_size}..{n - 1} would fail in the first rollout; use the model's own "
-                         f"tokenizer or one of at most {vocab_size} ids")
+    if n <= vocab_size:
+        return
+    if own:
+        raise ValueError(f"model folder {model} holds a tokenizer with {n} token ids but its embedding has "
+                         f"{vocab_size} rows (vocab_size in its config.json): ids {vocab_size}..{n - 1} would fail in "
+                         f"the first rollout")
+    raise ValueError(f"tokenizer {tok.name} has {n} token ids but the model {model} has {vocab_size} embedding "
+                     f"rows: ids {vocab_size}..{n - 1} would fail in the first rollout; use the model's own "
+                     f"tokenizer or one of at most {vocab_size} ids")
 
 
 def _fix_gguf_special_tokens(hf, path: Path) -> None:

@@ -104,7 +104,7 @@ def _check_own_tokenizer(path: Path, vocab_size: int) -> None:
         tok = load_tokenizer(path)
     except Exception:  # noqa: BLE001 (the run may name another tokenizer; its own loading reports its errors)
         return
-    check_vocab(tok, vocab_size, path)
+    check_vocab(tok, vocab_size, path, own=True)
 
 
 def check_state_dict(expected_names, state_dict) -> None:

@@ -313,6 +313,22 @@ def test_trajectory_show_with_a_fifo_config_prints_ids(tmp_path):
     assert "printing token ids" in proc.stdout and "FIFO" in proc.stdout and "3 4" in proc.stdout
 
 
+@pytest.mark.parametrize("name", ["tokenizer_config.json", "model.safetensors"])
+def test_a_fifo_inside_a_model_folder_is_refused(tmp_path, name):
+    """393649a: transformers opened a FIFO named tokenizer_config.json and waited for a writer forever; a FIFO
+    named model.safetensors went to safetensors. Run in a subprocess (with a timeout) so the old code's hang
+    ends."""
+    folder = tiny_hf(tmp_path / "model", vocab=259)
+    save_byte_tokenizer(folder, CHATML)
+    os.remove(folder / name)
+    os.mkfifo(folder / name)
+    load = "load_tokenizer" if name.startswith("tokenizer") else "load_checkpoint"
+    code = (f"import sys; from r1.tokenizer import load_tokenizer; from r1.weights import load_checkpoint\n"
+            f"try:\n    {load}(sys.argv[1])\nexcept ValueError as e:\n    sys.exit(f'error: {{e}}')")
+    proc = run(["-c", code, folder], timeout=120)
+    one_error_line(proc, folder / name, "is a FIFO (named pipe), not a regular file", status=1)
+
+
 def test_bounded_reader_refuses_devices_and_fifos(tmp_path):
     """The helper every read goes through: no open() that blocks, no read without an end."""
     from r1.bounded import read_text, text_lines
@@ -441,7 +457,8 @@ def test_tokenizer_with_more_ids_than_the_embedding_is_refused_at_load(tmp_path)
 
     folder = tiny_hf(tmp_path / "model")
     save_byte_tokenizer(folder, CHATML)
-    with pytest.raises(ValueError, match=r"has 259 token ids but the model .*model has 96 embedding rows"):
+    with pytest.raises(ValueError, match=r"model folder .*model holds a tokenizer with 259 token ids but its "
+                                         r"embedding has 96 rows"):
         load_checkpoint(folder)
     folder2 = tiny_hf(tmp_path / "model2", vocab=259)
     save_byte_tokenizer(folder2, CHATML)
@@ -465,7 +482,7 @@ def test_train_with_a_tokenizer_past_the_embedding_is_one_line(tmp_path):
     save_byte_tokenizer(folder, CHATML)
     proc = run(["train.py", "--config", SMOKE, f"model.path={folder}", f"run.dir={tmp_path / 'run'}",
                 "train.steps=1"])
-    one_error_line(proc, folder, "259 token ids", "96 embedding rows")
+    one_error_line(proc, folder, "259 token ids", "embedding has 96 rows")
     assert not (tmp_path / "run").exists()
 
 
