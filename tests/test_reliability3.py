@@ -313,16 +313,17 @@ def test_trajectory_show_with_a_fifo_config_prints_ids(tmp_path):
     assert "printing token ids" in proc.stdout and "FIFO" in proc.stdout and "3 4" in proc.stdout
 
 
-@pytest.mark.parametrize("name", ["tokenizer_config.json", "model.safetensors"])
+@pytest.mark.parametrize("name", ["chat_template.jinja", "model.safetensors"])
 def test_a_fifo_inside_a_model_folder_is_refused(tmp_path, name):
-    """393649a: transformers opened a FIFO named tokenizer_config.json and waited for a writer forever; a FIFO
-    named model.safetensors went to safetensors. Run in a subprocess (with a timeout) so the old code's hang
-    ends."""
+    """393649a: transformers skips a file that is not regular as if it were absent, so a FIFO named
+    chat_template.jinja gave a tokenizer without its chat template, silently; a FIFO named model.safetensors
+    was `no model.safetensors ... in <dir>`, which hides the cause. In a subprocess, with a timeout, in case
+    an open blocks."""
     folder = tiny_hf(tmp_path / "model", vocab=259)
     save_byte_tokenizer(folder, CHATML)
     os.remove(folder / name)
     os.mkfifo(folder / name)
-    load = "load_tokenizer" if name.startswith("tokenizer") else "load_checkpoint"
+    load = "load_checkpoint" if name.endswith(".safetensors") else "load_tokenizer"
     code = (f"import sys; from r1.tokenizer import load_tokenizer; from r1.weights import load_checkpoint\n"
             f"try:\n    {load}(sys.argv[1])\nexcept ValueError as e:\n    sys.exit(f'error: {{e}}')")
     proc = run(["-c", code, folder], timeout=120)
