@@ -251,7 +251,8 @@ def _index_shards(folder: Path, index: dict, index_file: Path) -> list:
     files = sorted({plain_name(f, f"model index {index_file}") for f in weight_map.values()})
     missing = [f for f in files if not os.path.lexists(folder / f)]
     if missing:
-        raise FileNotFoundError(f"model index {index_file} names shards that are not in {folder}: {_short_list(missing)}")
+        raise FileNotFoundError(f"model index {index_file} names shards that are not in {folder}: "
+                                f"{_short_list(missing)}")
     return files
 
 
