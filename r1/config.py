@@ -530,11 +530,14 @@ def read_yaml(path: str) -> tuple[dict, dict]:
         raise ConfigError(f"config file not found: {path}")
     if os.path.isdir(path):
         raise ConfigError(f"config file {path} is a directory, not a YAML file")
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as e:
+    from r1.bounded import read_text
+
+    try:  # a FIFO or a device is refused, not waited on or read forever; 1 MiB: configs/ holds 2 KB files
+        text = read_text(path, 1 << 20, "config file")
+    except OSError as e:
         raise ConfigError(f"cannot read config file {path}: {e}") from None
+    except ValueError as e:  # not a regular file, too large, not UTF-8: the message names the file
+        raise ConfigError(str(e)) from None
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)

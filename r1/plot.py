@@ -11,18 +11,37 @@ import json
 import os
 
 
+# A metrics line is about 1.5 KB (40 numbers); a long real run's metrics.jsonl is tens of MB. 256 MiB is over
+# 170,000 iterations, and parsed into dicts about 1 GB of memory: past it the file is refused, not a MemoryError.
+# Short lines cost more as dicts than as text, so also at most 1,000,000 lines (a million iterations).
+MAX_METRICS = 256 << 20
+MAX_LINES = 1_000_000
+
+
 def read_metrics(run_dir: str) -> list:
     """The metrics lines of a run; a partial last line (a run still writing, or cut off) is skipped with a
-    warning, any other bad line is a one-line error naming file:line."""
+    warning, any other bad line is a one-line error naming file:line; so is a file that is not regular, larger
+    than MAX_METRICS or longer than MAX_LINES."""
+    from r1.bounded import open_regular, too_large
     from r1.logger import read_back
 
     path = os.path.join(run_dir, "metrics.jsonl") if os.path.isdir(run_dir) else run_dir
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise SystemExit(f"error: no metrics.jsonl at {path}")
     try:
+        lines, size = 0, 0
+        with open_regular(path, "metrics file") as f:  # counted before anything is parsed
+            while chunk := f.read(1 << 20):
+                size, lines = size + len(chunk), lines + chunk.count(b"\n")
+                if size > MAX_METRICS or os.fstat(f.fileno()).st_size > MAX_METRICS:
+                    raise ValueError(too_large(path, MAX_METRICS, "metrics file"))
+                if lines > MAX_LINES:
+                    raise ValueError(f"metrics file {path} has more than {MAX_LINES} lines, the most this reads")
         return [json.loads(line) for line in read_back(path, float("inf"))]
     except ValueError as e:
         raise SystemExit(f"error: {e}") from None
+    except OSError as e:
+        raise SystemExit(f"error: cannot read {path}: {e.strerror or e}") from None
 
 
 def check_keys(runs: list, keys: list):

@@ -34,6 +34,10 @@ result quoting one) never becomes a control token: `render_text` marks each such
 content with private-use characters around its index, and `encode` turns a marked string into
 the plain tokens of its text (`split_special_tokens`), so the rendered prompt keeps the exact
 text and cannot forge a turn. Only the template's own special tokens are control tokens.
+The marker's opening character (U+E000) in the content itself is marked too (`LIT_OPEN e LIT_CLOSE`),
+and `encode` puts it back into the text around it before encoding, so private-use characters a
+question or a tool result holds reach the model as written, token for token (`\ue0000\ue001` in a
+question was read as a marker and became `<jupyter_output>`).
 
 GGUF tokenizers: transformers 5.x builds them with `eos_token` set to the BOS token
 (`integrations/ggml.py`, GPT2 converter), so we reset bos/eos/pad from the GGUF metadata.
@@ -43,11 +47,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from functools import lru_cache
 from pathlib import Path
 
-from r1.weights import resolve
+from r1.bounded import check_file, inside, read_json
+from r1.weights import gguf_header, resolve
 
 ROLES = ("system", "user", "assistant", "tool")
 # Markers for the dummy turns and the tool-support probe: strings no real conversation contains.
@@ -89,9 +95,11 @@ def _added_token_splitter(hf):
     return pattern, token_ids
 
 
-# A special-token string from message content, marked: LIT_OPEN + its index in ChatTokenizer.literals + LIT_CLOSE.
+# A special-token string from message content, marked: LIT_OPEN + its index in ChatTokenizer.literals + LIT_CLOSE;
+# a LIT_OPEN of the content itself: LIT_OPEN + "e" + LIT_CLOSE (so every LIT_OPEN in marked text starts a mark).
 LIT_OPEN, LIT_CLOSE = "\ue000", "\ue001"
-_LIT_RE = re.compile(LIT_OPEN + r"(\d{1,4})" + LIT_CLOSE)
+LIT_ESCAPE = LIT_OPEN + "e" + LIT_CLOSE
+_LIT_RE = re.compile(LIT_OPEN + r"(\d{1,4}|e)" + LIT_CLOSE)
 
 TOOLS_HEADER = ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
                 "You are provided with function signatures within <tools></tools> XML tags:\n<tools>")
@@ -105,24 +113,61 @@ def load_tokenizer(path_or_name) -> "ChatTokenizer":
     return _load(str(resolve(path_or_name).resolve()))
 
 
+# The files transformers reads from a tokenizer folder. Each is checked before it does (regular, inside the
+# folder, at most MAX_TOKENIZER_FILE bytes): a FIFO named tokenizer.json would block it forever. The largest
+# real ones are tens of MB (Qwen2.5's tokenizer.json 7 MB, Gemma's about 33 MB), so 128 MiB.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                   "vocab.json", "vocab.txt", "merges.txt", "tokenizer.model", "chat_template.jinja",
+                   "chat_template.json", "config.json", "generation_config.json")
+MAX_TOKENIZER_FILE = 128 << 20
+
+
 @lru_cache(maxsize=None)
 def _load(path: str) -> "ChatTokenizer":
     from transformers import AutoTokenizer
 
     p = Path(path)
     if p.suffix == ".gguf":
+        header = gguf_header(p)  # a damaged header or tokenizer array is one line here, not a numpy error
         hf = AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)
         _fix_gguf_special_tokens(hf, p)
-        return ChatTokenizer(hf, path)
+        tok = ChatTokenizer(hf, path)
+        embedding = header["tensors"].get("token_embd.weight")
+        if embedding:  # GGUF dims are innermost first: (hidden, vocab)
+            check_vocab(tok, int(embedding[0][-1]), path)
+        return tok
     if not p.is_dir():
         raise ValueError(f"expected an HF tokenizer folder or a .gguf file, got {p}")
+    for name in TOKENIZER_FILES:
+        if os.path.lexists(p / name):
+            check_file(inside(p, name, path, "tokenizer file"), MAX_TOKENIZER_FILE, "tokenizer file")
     hf = AutoTokenizer.from_pretrained(path)
     extra = []
     generation = p / "generation_config.json"
     if generation.is_file():  # e.g. Qwen2.5 stops on <|endoftext|> as well as <|im_end|>
-        eos = json.loads(generation.read_text()).get("eos_token_id")
-        extra = [eos] if isinstance(eos, int) else list(eos or [])
+        eos = read_json(generation, MAX_TOKENIZER_FILE, "generation config")
+        eos = eos.get("eos_token_id") if isinstance(eos, dict) else None
+        extra = [eos] if isinstance(eos, int) else [i for i in eos or [] if isinstance(i, int)]
     return ChatTokenizer(hf, path, extra_stop_ids=extra)
+
+
+def check_vocab(tok: "ChatTokenizer", vocab_size: int, model, own: bool = False) -> None:
+    """Every id the tokenizer can produce must have a row in the model's embedding, or the first prompt that
+    holds one ends the run with an IndexError inside the first rollout. Called where a tokenizer meets its
+    model: for a .gguf (the file holds both) when the tokenizer loads, for a model folder in
+    weights.load_checkpoint when the folder holds its own tokenizer; a run whose model.tokenizer names
+    another tokenizer needs the call where the trainer builds the model (r1/trainer.py). `own`: the tokenizer
+    is the model folder's own (the message then names the folder)."""
+    n = max(len(tok.hf), 1 + max(tok.hf.added_tokens_decoder, default=-1))
+    if n <= vocab_size:
+        return
+    if own:
+        raise ValueError(f"model folder {model} holds a tokenizer with {n} token ids but its embedding has "
+                         f"{vocab_size} rows (vocab_size in its config.json): ids {vocab_size}..{n - 1} would fail in "
+                         f"the first rollout")
+    raise ValueError(f"tokenizer {tok.name} has {n} token ids but the model {model} has {vocab_size} embedding "
+                     f"rows: ids {vocab_size}..{n - 1} would fail in the first rollout; use the model's own "
+                     f"tokenizer or one of at most {vocab_size} ids")
 
 
 def _fix_gguf_special_tokens(hf, path: Path) -> None:
@@ -161,17 +206,25 @@ class ChatTokenizer:
 
     def encode(self, text: str) -> list[int]:
         """Text -> ids, no BOS/EOS added. Special-token text (`<|im_end|>`) becomes that token, except where
-        render_text marked it as content: then it is the plain tokens of its text."""
+        render_text marked it as content: then it is the plain tokens of its text. A marked U+E000 of the
+        content goes back into the text around it, which is encoded whole (as the tokenizer would)."""
         if LIT_OPEN not in text:
             return self._encode(text)
-        out = []
+        out, plain = [], []
         for i, piece in enumerate(_LIT_RE.split(text)):
-            if i % 2 and int(piece) < len(self.literals):
+            if i % 2 == 0:
+                plain.append(piece)
+            elif piece == "e":
+                plain.append(LIT_OPEN)
+            elif int(piece) < len(self.literals):
+                if any(plain):
+                    out += self._encode("".join(plain))
+                plain = []
                 out += self.hf.encode(self.literals[int(piece)], add_special_tokens=False, split_special_tokens=True)
-            elif i % 2:
-                out += self._encode(LIT_OPEN + piece + LIT_CLOSE)
-            elif piece:
-                out += self._encode(piece)
+            else:
+                plain.append(LIT_OPEN + piece + LIT_CLOSE)
+        if any(plain):
+            out += self._encode("".join(plain))
         return out
 
     def _encode(self, text: str) -> list[int]:
@@ -203,7 +256,10 @@ class ChatTokenizer:
         return out
 
     def mark_literals(self, text: str) -> str:
-        """Content text with every special-token string marked as literal text (see the module docstring)."""
+        """Content text with every special-token string marked as literal text, and every U+E000 marked as
+        itself (see the module docstring)."""
+        if LIT_OPEN in text:
+            text = text.replace(LIT_OPEN, LIT_ESCAPE)
         for k, t in enumerate(self.literals):
             if t in text:
                 text = text.replace(t, f"{LIT_OPEN}{k}{LIT_CLOSE}")

@@ -253,24 +253,41 @@ class Saver:
             self.pool.shutdown()
 
 
+# Read-back caps (r1/bounded.py). One line is one trajectory: a window-policy episode of 16 steps at the largest
+# context the config allows (2^20 tokens, every prompt stored whole) is about 120 MB of JSON, so 256 MiB. A file:
+# the quickstart's iterations are about 20 MB decompressed, a 1,024-episode iteration of 4 turns of 4,096 tokens
+# about 450 MB; real files inflate 2.5-4x (ids and logprobs are digits), a degenerate policy's (one token, logprob
+# 0.0) about 40x. So up to 64x the compressed size, and at least 256 MiB: a 3 MB file that inflates 1000x stops
+# at 256 MiB read, not at a MemoryError. Parsed, a short trajectory costs far more memory than its text, so a file
+# also holds at most 1,000,000 (a rollout batch is thousands, an evaluation 1,319 problems).
+MAX_LINE = 256 << 20
+MAX_TEXT = 256 << 20
+MAX_RATIO = 64
+MAX_TRAJECTORIES = 1_000_000
+
+
 def read(path: str) -> tuple:
     """(header or None, trajectories) of one file; ValueError naming file:line for anything unreadable."""
-    if not os.path.isfile(path):
+    from r1.bounded import text_lines
+
+    if not os.path.exists(path):
         raise FileNotFoundError(f"no trajectory file {path}")
     header, out, n = None, [], 0
     try:
-        with gzip.open(path, "rt", encoding="utf-8") as f:
-            for n, line in enumerate(f, start=1):
-                if not line.strip():
+        for n, line in text_lines(path, MAX_LINE, MAX_TEXT, "trajectory file", gz=True, ratio=MAX_RATIO):
+            if not line.strip():
+                continue
+            if len(out) >= MAX_TRAJECTORIES:
+                raise ValueError(f"trajectory file {path} holds more than {MAX_TRAJECTORIES} trajectories, the most "
+                                 f"this reads; refusing to read further")
+            try:
+                rec = json.loads(line)
+                if n == 1 and isinstance(rec, dict) and "r1_trajectories" in rec:
+                    header = rec
                     continue
-                try:
-                    rec = json.loads(line)
-                    if n == 1 and isinstance(rec, dict) and "r1_trajectories" in rec:
-                        header = rec
-                        continue
-                    out.append(from_record(rec))
-                except (ValueError, TypeError, RecursionError) as e:
-                    raise ValueError(f"{path}:{n}: {str(e)[:160]}") from None
+                out.append(from_record(rec))
+            except (ValueError, TypeError, RecursionError) as e:
+                raise ValueError(f"{path}:{n}: {str(e)[:160]}") from None
     except (EOFError, OSError, zlib.error, UnicodeDecodeError) as e:  # truncated, not gzip, bad bytes
         raise ValueError(f"{path}: truncated or corrupt after line {n} ({str(e)[:80] or type(e).__name__}); "
                          f"{len(out)} trajectories readable") from None
@@ -328,8 +345,9 @@ def _run_decoder(run_dir, path, header, traj):
 
         from r1.tokenizer import load_tokenizer
 
-        with open(os.path.join(run_dir, "config.yaml")) as f:
-            cfg = yaml.safe_load(f)
+        from r1.bounded import read_text
+
+        cfg = yaml.safe_load(read_text(os.path.join(run_dir, "config.yaml"), 1 << 20, "config"))  # as read_yaml's cap
         name = cfg["model"].get("tokenizer") or cfg["model"]["path"]
         saved_dir = cfg["run"].get("dir") if isinstance(cfg.get("run"), dict) else None
         inside = os.path.relpath(name, saved_dir) if saved_dir else ".."

