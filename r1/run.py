@@ -16,7 +16,7 @@ import torch
 from r1 import checkpoint, distributed
 from r1.config import Config, ConfigError
 from r1.model import Transformer, tiny_config
-from r1.tokenizer import load_tokenizer
+from r1.tokenizer import check_vocab, load_tokenizer
 
 
 def resolve_dtype(cfg: Config, device) -> torch.dtype:
@@ -41,7 +41,9 @@ def build_model(path: str, cfg: Config, tok, device, value_head=False, seed=0) -
             elif name.endswith("bias"):
                 torch.nn.init.zeros_(p)
         return model
-    return Transformer.from_pretrained(path, dtype=torch.float32, device=device, value_head=value_head)
+    model = Transformer.from_pretrained(path, dtype=torch.float32, device=device, value_head=value_head)
+    check_vocab(tok, model.cfg.vocab_size, path)  # model.tokenizer may name another tokenizer than the model's own
+    return model
 
 
 # Keys that do not change what a run is (where it lives, how it is logged, how long it goes, how it is split

@@ -487,6 +487,17 @@ def test_train_with_a_tokenizer_past_the_embedding_is_one_line(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+def test_train_with_model_tokenizer_from_elsewhere_past_the_embedding_is_one_line(tmp_path):
+    """model.tokenizer names a tokenizer with more ids than model.path's embedding: refused when the model is built."""
+    folder = tiny_hf(tmp_path / "model")
+    tokdir = tmp_path / "tok"
+    save_byte_tokenizer(tokdir, CHATML)
+    proc = run(["train.py", "--config", SMOKE, f"model.path={folder}", f"model.tokenizer={tokdir}",
+                f"run.dir={tmp_path / 'run'}", "train.steps=1"])
+    one_error_line(proc, folder, "259 token ids", "96 embedding rows")
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("key,value,message", [
     ("num_attention_heads", 0, "'num_attention_heads' must be a positive integer, got 0"),
     ("num_attention_heads", "4", "'num_attention_heads' must be a positive integer, got '4'"),
