@@ -42,7 +42,9 @@ def build_model(path: str, cfg: Config, tok, device, value_head=False, seed=0) -
                 torch.nn.init.zeros_(p)
         return model
     model = Transformer.from_pretrained(path, dtype=torch.float32, device=device, value_head=value_head)
-    check_vocab(tok, model.cfg.vocab_size, path)  # model.tokenizer may name another tokenizer than the model's own
+    # the tokenizer meets its model here: every id it can produce needs an embedding row (the model folder's
+    # own tokenizer, or the one model.tokenizer names), or the first prompt holding one is an IndexError
+    check_vocab(tok, model.cfg.vocab_size, path, own=cfg.model.tokenizer is None)
     return model
 
 

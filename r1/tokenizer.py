@@ -154,10 +154,9 @@ def _load(path: str) -> "ChatTokenizer":
 def check_vocab(tok: "ChatTokenizer", vocab_size: int, model, own: bool = False) -> None:
     """Every id the tokenizer can produce must have a row in the model's embedding, or the first prompt that
     holds one ends the run with an IndexError inside the first rollout. Called where a tokenizer meets its
-    model: for a .gguf (the file holds both) when the tokenizer loads, for a model folder in
-    weights.load_checkpoint when the folder holds its own tokenizer; a run whose model.tokenizer names
-    another tokenizer needs the call where the trainer builds the model (r1/trainer.py). `own`: the tokenizer
-    is the model folder's own (the message then names the folder)."""
+    model: for a .gguf (the file holds both) when the tokenizer loads, and where a run builds its
+    model (r1/run.py build_model), whether the tokenizer is the model folder's own or model.tokenizer's.
+    `own`: the tokenizer is the model folder's own (the message then names the folder)."""
     n = max(len(tok.hf), 1 + max(tok.hf.added_tokens_decoder, default=-1))
     if n <= vocab_size:
         return

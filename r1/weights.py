@@ -84,27 +84,10 @@ def load_checkpoint(path_or_name, dtype: torch.dtype = torch.float32, device="cp
     """-> (hf_config dict, state dict with HF names) from an HF folder, a .gguf file or a short name."""
     path = resolve(path_or_name)
     if path.is_dir():
-        config, state_dict = _load_hf_dir(path, dtype, device)
-        _check_own_tokenizer(path, config["vocab_size"])
-        return config, state_dict
+        return _load_hf_dir(path, dtype, device)
     if path.suffix == ".gguf":
         return _load_gguf(path, dtype, device)
     raise ValueError(f"expected an HF model folder or a .gguf file, got {path}")
-
-
-def _check_own_tokenizer(path: Path, vocab_size: int) -> None:
-    """A model folder that holds a tokenizer (an export, a downloaded model) must not hold one with more ids
-    than its embedding has rows (r1.tokenizer.check_vocab). The tokenizer is cached per path, so where the run
-    uses this one (model.tokenizer unset) this costs nothing; one that does not load is left to the caller."""
-    if not any(os.path.lexists(path / name) for name in ("tokenizer.json", "tokenizer_config.json")):
-        return
-    from r1.tokenizer import check_vocab, load_tokenizer
-
-    try:
-        tok = load_tokenizer(path)
-    except Exception:  # noqa: BLE001 (the run may name another tokenizer; its own loading reports its errors)
-        return
-    check_vocab(tok, vocab_size, path, own=True)
 
 
 def check_state_dict(expected_names, state_dict) -> None:

@@ -454,16 +454,19 @@ def test_a_truncated_gguf_tokenizer_is_one_error(tmp_path):
 def test_tokenizer_with_more_ids_than_the_embedding_is_refused_at_load(tmp_path):
     """393649a: a model folder whose tokenizer has 259 ids and whose embedding 96 rows loaded; the first prompt
     holding an id >= 96 ended the run with IndexError in the first rollout."""
-    from r1.weights import load_checkpoint
+    from r1.config import load_config
+    from r1.run import build_model, run_tokenizer
 
     folder = tiny_hf(tmp_path / "model")
     save_byte_tokenizer(folder, CHATML)
+    cfg = load_config(SMOKE, [f"model.path={folder}", "model.tokenizer=null"])
     with pytest.raises(ValueError, match=r"model folder .*model holds a tokenizer with 259 token ids but its "
                                          r"embedding has 96 rows"):
-        load_checkpoint(folder)
+        build_model(str(folder), cfg, run_tokenizer(cfg), torch.device("cpu"))
     folder2 = tiny_hf(tmp_path / "model2", vocab=259)
     save_byte_tokenizer(folder2, CHATML)
-    assert load_checkpoint(folder2)[0]["vocab_size"] == 259
+    cfg = load_config(SMOKE, [f"model.path={folder2}", "model.tokenizer=null"])
+    assert build_model(str(folder2), cfg, run_tokenizer(cfg), torch.device("cpu")).cfg.vocab_size == 259
 
 
 def test_check_vocab_for_a_tokenizer_from_elsewhere(tmp_path):
@@ -481,8 +484,8 @@ def test_train_with_a_tokenizer_past_the_embedding_is_one_line(tmp_path):
     """End to end (393649a: `IndexError: index out of range in self` from the embedding, in the first rollout)."""
     folder = tiny_hf(tmp_path / "model")
     save_byte_tokenizer(folder, CHATML)
-    proc = run(["train.py", "--config", SMOKE, f"model.path={folder}", f"run.dir={tmp_path / 'run'}",
-                "train.steps=1"])
+    proc = run(["train.py", "--config", SMOKE, f"model.path={folder}", "model.tokenizer=null",
+                f"run.dir={tmp_path / 'run'}", "train.steps=1"])
     one_error_line(proc, folder, "259 token ids", "embedding has 96 rows")
     assert not (tmp_path / "run").exists()
 
