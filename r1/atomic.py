@@ -67,3 +67,44 @@ def describe_os_error(e: BaseException) -> str:
     if "No space left" in text:
         return "no space left on device"
     return text.splitlines()[0][:200] if text else type(e).__name__
+
+
+def refuse_links(folder: str):
+    """ValueError naming the first symbolic link inside `folder` (at any depth; links are not followed).
+
+    A run folder holds only what r1 wrote there; a link inside it (a dangling `metrics.jsonl`, an `hf` pointing
+    at another folder) would have a run create, overwrite or empty files outside run.dir."""
+    if os.path.islink(folder):
+        raise ValueError(f"run.dir {folder} is a symbolic link; name the real folder")
+    for top, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            if os.path.islink(os.path.join(top, name)):
+                raise ValueError(f"{os.path.join(top, name)} is a symbolic link; r1 writes only real files inside "
+                                 f"run.dir (remove the link, or choose another run.dir)")
+
+
+_LOCKS = {}  # real path -> open fd: a lock lives as long as the process that writes the folder
+
+
+def lock_folder(folder: str):
+    """Hold an exclusive lock on `folder` for the rest of this process, or a one-line ValueError naming the pid
+    that holds it: two processes appending to one run's metrics and checkpoints (two resumes of the same
+    run.dir) would each believe they are the run. This process may take a folder's lock again (a resume in
+    the same process, as tests do)."""
+    import fcntl
+
+    key = os.path.realpath(folder)
+    if key in _LOCKS:
+        return
+    path = os.path.join(folder, ".lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+        os.close(fd)
+        raise ValueError(f"run.dir {folder} is in use by another process (pid {holder}); wait for it to end, "
+                         f"or choose another run.dir") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    _LOCKS[key] = fd

@@ -68,7 +68,12 @@ class Logger:
         clean = {k: (float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v) for k, v in metrics.items()}
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in clean.items()}
         line = memoryview((json.dumps({"iter": it, **clean}) + "\n").encode("utf-8"))
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:  # a link in place of metrics.jsonl is refused, never followed out of run.dir
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        except OSError as e:
+            if os.path.islink(self.path):
+                raise OSError(e.errno, f"{self.path} is a symbolic link; r1 writes only real files in run.dir") from None
+            raise
         try:
             size = os.fstat(fd).st_size
             try:

@@ -131,13 +131,17 @@ def create_run_dir(cfg: Config, dist_info):
     config differs at all, the old file is kept as config.<n>.yaml and one
     line says what changed.
     """
-    from r1.atomic import describe_os_error, write_text
+    from r1.atomic import describe_os_error, lock_folder, refuse_links, write_text
     from r1.config import dump
 
     distributed.barrier(dist_info)
     if dist_info.main:
         path = os.path.join(cfg.run.dir, "config.yaml")
         try:
+            if os.path.lexists(cfg.run.dir):
+                refuse_links(cfg.run.dir)  # a resumed folder: nothing in it may lead outside
+            os.makedirs(cfg.run.dir, exist_ok=True)
+            lock_folder(cfg.run.dir)  # one process writes a run folder at a time
             os.makedirs(os.path.join(cfg.run.dir, "checkpoints"), exist_ok=True)
             os.makedirs(os.path.join(cfg.run.dir, "trajectories"), exist_ok=True)
             text = dump(cfg)

@@ -146,8 +146,14 @@ def save_hf(state_dict, hf_config: dict, out_dir, tokenizer=None) -> Path:
     if config.get("pad_token_id") is not None:
         generation["pad_token_id"] = config["pad_token_id"]
 
-    out_dir = Path(out_dir).expanduser().resolve()
+    # the folder it goes in is resolved, the export's own name is not: an `hf` that is a link is replaced as a
+    # link (the rename moves the link itself), never followed to write into or empty the folder it points at
+    out_dir = Path(out_dir).expanduser()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
+    out_dir = out_dir.parent.resolve() / out_dir.name
+    for stale in (*out_dir.parent.glob(f".{out_dir.name}.tmp-*"), *out_dir.parent.glob(f".{out_dir.name}.old-*")):
+        if stale.is_dir() and not stale.is_symlink():  # an export a crash cut short (a 3B one is GBs)
+            shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     tmp.chmod(0o755)  # mkdtemp makes it private; the export is an ordinary folder
     try:
@@ -156,7 +162,7 @@ def save_hf(state_dict, hf_config: dict, out_dir, tokenizer=None) -> Path:
         (tmp / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
         if tokenizer is not None:
             getattr(tokenizer, "hf", tokenizer).save_pretrained(str(tmp))
-        if out_dir.exists():
+        if out_dir.exists() or out_dir.is_symlink():
             old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
             os.replace(out_dir, old / "export")
             os.replace(tmp, out_dir)

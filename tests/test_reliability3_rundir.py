@@ -1,0 +1,99 @@
+"""Issue 32, class 1 and parts of 5 and 7: nothing outside run.dir is written or deleted through a link inside it,
+an export a crash cut short does not outlive the next one, and one process writes a run folder at a time."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from r1.atomic import lock_folder, refuse_links
+from r1.logger import Logger
+from r1.weights import save_hf
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SMOKE = os.path.join(ROOT, "configs", "smoke.yaml")
+HF_CONFIG = {"model_type": "llama", "vocab_size": 8, "hidden_size": 4, "intermediate_size": 8,
+             "num_hidden_layers": 1, "num_attention_heads": 1, "num_key_value_heads": 1}
+
+
+def _outside(tmp_path):
+    out = tmp_path / "outside"
+    out.mkdir()
+    (out / "precious.txt").write_text("keep me")
+    return out
+
+
+def test_export_over_an_hf_link_replaces_the_link_and_leaves_its_target_alone(tmp_path):
+    """393649a: save_hf resolved run.dir/hf through the link, then moved and deleted the outside folder."""
+    outside, run = _outside(tmp_path), tmp_path / "run"
+    run.mkdir()
+    (run / "hf").symlink_to(outside, target_is_directory=True)
+    save_hf({"model.embed_tokens.weight": torch.zeros(8, 4)}, HF_CONFIG, run / "hf")
+    assert (outside / "precious.txt").read_text() == "keep me" and sorted(os.listdir(outside)) == ["precious.txt"]
+    assert not (run / "hf").is_symlink() and (run / "hf" / "config.json").is_file()
+
+
+def test_an_export_cut_short_is_removed_by_the_next(tmp_path):
+    run = tmp_path / "run"
+    (run / ".hf.tmp-abc123").mkdir(parents=True)
+    (run / ".hf.tmp-abc123" / "model.safetensors").write_bytes(b"x" * 1000)
+    (run / ".hf.old-def456" / "export").mkdir(parents=True)
+    save_hf({"model.embed_tokens.weight": torch.zeros(8, 4)}, HF_CONFIG, run / "hf")
+    assert sorted(os.listdir(run)) == ["hf"]
+
+
+def test_a_metrics_link_is_refused_and_nothing_is_created_outside(tmp_path):
+    """393649a: a dangling metrics.jsonl link made the run create the file it pointed at."""
+    outside, run = _outside(tmp_path), tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").symlink_to(outside / "made.jsonl")
+    log = Logger(str(run), True, False, False, 1, 0)
+    with pytest.raises(OSError, match="metrics.jsonl is a symbolic link"):
+        log.log(1, {"reward": 1.0})
+    assert sorted(os.listdir(outside)) == ["precious.txt"]
+
+
+def test_refuse_links_names_the_link_at_any_depth(tmp_path):
+    run = tmp_path / "run"
+    (run / "checkpoints" / "iter_1").mkdir(parents=True)
+    refuse_links(str(run))
+    (run / "checkpoints" / "iter_1" / "extra.json").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(ValueError, match=r"iter_1/extra.json is a symbolic link"):
+        refuse_links(str(run))
+
+
+def test_resuming_a_run_folder_that_holds_a_link_is_one_line_and_writes_nothing(tmp_path):
+    outside, run = _outside(tmp_path), tmp_path / "run"
+    args = [sys.executable, "train.py", "--config", SMOKE, f"run.dir={run}", "train.steps=1", "rollout.prompts=2",
+            "rollout.n=2", "rollout.max_new_tokens=4", "data.train_size=4", "log.tensorboard=false"]
+    first = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr[-600:]
+    os.remove(run / "metrics.jsonl")
+    (run / "metrics.jsonl").symlink_to(outside / "made.jsonl")
+    again = subprocess.run(args[:-1] + ["train.steps=2", "run.resume=true", "log.tensorboard=false"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=600)
+    lines = again.stderr.strip().splitlines()
+    assert again.returncode == 2 and len(lines) == 1 and "metrics.jsonl is a symbolic link" in lines[0], again.stderr
+    assert sorted(os.listdir(outside)) == ["precious.txt"]
+
+
+def test_a_folder_locked_by_another_process_is_refused_naming_its_pid(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, os, sys, time\n"
+        f"fd = os.open({str(run / '.lock')!r}, os.O_RDWR | os.O_CREAT)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX); os.pwrite(fd, str(os.getpid()).encode(), 0)\n"
+        "print('locked', flush=True); time.sleep(120)\n")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(ValueError, match=rf"in use by another process \(pid {holder.pid}\)"):
+            lock_folder(str(run))
+    finally:
+        holder.kill()
+        holder.wait()
+    lock_folder(str(run))  # free again: this process takes it, and may take it again
+    lock_folder(str(run))
+    assert (run / ".lock").read_text() == str(os.getpid())
