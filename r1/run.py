@@ -113,8 +113,14 @@ def check_run_dir(cfg: Config):
             print(f"run.resume=true: {d} has no checkpoint yet, so the run starts at iteration 0", flush=True)
         return
     saved = os.path.join(d, "config.yaml")
+    if not os.path.isfile(saved) and not cfg.run.allow_config_change:
+        raise ConfigError(f"run.resume=true but {d} has checkpoints and no config.yaml, so this resume cannot be "
+                          f"checked to be the same run; put the run's config.yaml back, or pass "
+                          f"run.allow_config_change=true to go on with this config")
     if os.path.isfile(saved):
-        changes = config_changes(cfg, saved)
+        # the cosine schedule is drawn over train.steps: changing it reshapes the learning rate of the rest
+        free = RESUME_FREE if cfg.train.schedule != "cosine" else tuple(k for k in RESUME_FREE if k != "train.steps")
+        changes = config_changes(cfg, saved, free=free)
         if changes and not cfg.run.allow_config_change:
             raise ConfigError(f"run.resume=true with a config that changes the run saved in {saved}: "
                               f"{'; '.join(changes)}; resume with the same settings, or pass "

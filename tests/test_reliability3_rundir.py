@@ -97,3 +97,28 @@ def test_a_folder_locked_by_another_process_is_refused_naming_its_pid(tmp_path):
     lock_folder(str(run))  # free again: this process takes it, and may take it again
     lock_folder(str(run))
     assert (run / ".lock").read_text() == str(os.getpid())
+
+
+def test_a_resume_that_cannot_be_checked_or_reshapes_the_schedule_is_refused(tmp_path):
+    """393649a: with config.yaml gone a resume skipped the config check; train.steps changed under a cosine
+    schedule silently redrew the learning rate of the rest of the run."""
+    run = tmp_path / "run"
+    args = [sys.executable, "train.py", "--config", SMOKE, f"run.dir={run}", "rollout.prompts=2", "rollout.n=2",
+            "rollout.max_new_tokens=4", "data.train_size=4", "log.tensorboard=false", "train.schedule=cosine"]
+
+    def train(*more):
+        return subprocess.run(args + list(more), cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+    first = train("train.steps=1")
+    assert first.returncode == 0, first.stderr[-600:]
+    longer = train("train.steps=3", "run.resume=true")
+    lines = longer.stderr.strip().splitlines()
+    assert longer.returncode == 2 and len(lines) == 1 and "train.steps 1 -> 3" in lines[0], longer.stderr[-600:]
+    os.remove(run / "config.yaml")
+    blind = train("train.steps=1", "run.resume=true")
+    lines = blind.stderr.strip().splitlines()
+    assert blind.returncode == 2 and len(lines) == 1 and "no config.yaml" in lines[0], blind.stderr[-600:]
+    with open(run / "metrics.jsonl") as f:
+        assert [json.loads(x)["iter"] for x in f] == [1]  # nothing was trained by the refused resumes
+    ok = train("train.steps=2", "run.resume=true", "run.allow_config_change=true")
+    assert ok.returncode == 0, ok.stderr[-600:]
