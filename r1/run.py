@@ -127,7 +127,7 @@ def check_run_dir(cfg: Config):
                               f"run.allow_config_change=true to go on anyway")
 
 
-def create_run_dir(cfg: Config, dist_info):
+def create_run_dir(cfg: Config, dist_info, identity: dict | None = None):
     """(rank 0) create the folder and save the resolved config, once everything has loaded.
 
     Called after the models, tokenizer and data loaded, so a run that fails to
@@ -135,7 +135,9 @@ def create_run_dir(cfg: Config, dist_info):
     The barrier keeps rank 1 from seeing rank 0's fresh folder as another run.
     A resumed run's config.yaml is never overwritten silently: when the new
     config differs at all, the old file is kept as config.<n>.yaml and one
-    line says what changed.
+    line says what changed. `identity` (r1/identity.py: fingerprints of the
+    data and the starting weights) is recorded in identity.json; a resume
+    whose fingerprints differ is refused unless run.allow_config_change.
     """
     from r1.atomic import describe_os_error, lock_folder, refuse_links, write_text
     from r1.config import dump
@@ -165,9 +167,29 @@ def create_run_dir(cfg: Config, dist_info):
                       flush=True)
             if text is not None:
                 write_text(path, text)
+            if identity is not None:
+                _record_identity(cfg, identity, write_text)
         except OSError as e:
             raise ConfigError(f"cannot write run.dir {cfg.run.dir}: {describe_os_error(e)}") from None
     distributed.barrier(dist_info)
+
+
+def _record_identity(cfg: Config, identity: dict, write_text):
+    """Check a resumed run's fingerprints against the ones it recorded, then record the current ones."""
+    import json
+
+    from r1.identity import changes
+
+    path = os.path.join(cfg.run.dir, "identity.json")
+    if os.path.isfile(path):
+        from r1.bounded import read_json
+
+        saved = read_json(path, 1 << 20, "run identity")
+        changed = changes(saved if isinstance(saved, dict) else {}, identity)
+        if changed and not cfg.run.allow_config_change:
+            raise ConfigError(f"run.resume=true but {', '.join(changed)} no longer holds what the run started from "
+                              f"(fingerprints in {path}); restore it, or pass run.allow_config_change=true to go on")
+    write_text(path, json.dumps(identity, indent=1) + "\n")
 
 
 def run_tokenizer(cfg: Config):

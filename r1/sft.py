@@ -18,6 +18,7 @@ import torch
 
 from r1 import checkpoint, disk, distributed, memory
 from r1.config import ConfigError
+from r1.identity import run_identity
 from r1.logger import Logger
 from r1.packing import split_by_tokens
 from r1.envs.tools import get_tool
@@ -128,7 +129,7 @@ def setup_sft(cfg, then_rl=None) -> dict:
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay, betas=(0.9, 0.95))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg, cfg.train.steps))
     models, optims, scheds = {"policy": model}, {"policy": opt}, {"policy": sched}
-    create_run_dir(cfg, d)
+    create_run_dir(cfg, d, run_identity(cfg, rows))
     return dict(cfg=cfg, d=d, tok=tok, model=model, mcfg=mcfg, examples=examples, opt=opt, sched=sched,
                 models=models, optims=optims, scheds=scheds, plan=plan)
 

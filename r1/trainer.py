@@ -32,6 +32,7 @@ from r1.config import Config
 from r1.credit import (compute as compute_credit, credit_inputs, informative_groups, normalized_rewards,
                        sampler_logprobs, score_metrics, step_rewards)
 from r1.generate import Sampling
+from r1.identity import run_identity
 from r1.learner import Learner, build_models
 from r1.logger import Logger
 from r1.profiler import maybe_profile, phase, wanted
@@ -65,7 +66,7 @@ class Trainer:
         disk.plan_for(cfg, self.model_cfg, self.d)  # room for its checkpoints and hf/, or refuse
         self.learner = Learner(cfg, self.tok, self.d, self.dtype, policy, critic, ref, self.plan.checkpointing)
         self.train_rows = load_rows(cfg, "train")
-        create_run_dir(cfg, self.d)
+        create_run_dir(cfg, self.d, run_identity(cfg, self.train_rows))
         self.actor = Actor(cfg, self.tok, rollout_model, self.plan.slots, self.d)
         self.reward_moments = torch.zeros(3, dtype=torch.float64)  # running (count, sum, sum sq): normalize_reward
         self.start = 0

@@ -122,3 +122,57 @@ def test_a_resume_that_cannot_be_checked_or_reshapes_the_schedule_is_refused(tmp
         assert [json.loads(x)["iter"] for x in f] == [1]  # nothing was trained by the refused resumes
     ok = train("train.steps=2", "run.resume=true", "run.allow_config_change=true")
     assert ok.returncode == 0, ok.stderr[-600:]
+
+
+def test_a_resume_whose_data_or_weights_changed_is_refused(tmp_path):
+    """393649a: the task data or the starting (and reference) weights changing between start and resume went
+    unnoticed. The run records fingerprints in identity.json at start."""
+    import shutil
+
+    model = tmp_path / "model"
+    first_args = ["--config", SMOKE, "rollout.prompts=2", "rollout.n=2", "rollout.max_new_tokens=4",
+                  "data.task=gsm8k_tool", "data.train_size=4", "log.tensorboard=false"]
+    sft = subprocess.run([sys.executable, "train.py", *first_args, f"run.dir={model}", "train.stage=sft",
+                          "train.steps=1", "train.sft_batch=2"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert sft.returncode == 0, sft.stderr[-600:]
+    run = tmp_path / "run"
+    args = [sys.executable, "train.py", *first_args, f"model.path={model}/hf", f"run.dir={run}"]
+
+    def train(*more):
+        return subprocess.run(args + list(more), cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+    assert train("train.steps=1").returncode == 0
+    saved = json.loads((run / "identity.json").read_text())
+    assert set(saved) == {"data", "model.path"}
+    other = train("train.steps=2", "run.resume=true", "data.train_size=5")  # other rows, same keys otherwise
+    assert other.returncode == 2 and "data.train_size" in other.stderr  # a key change: the config check says so
+    # the same keys, other files behind model.path
+    weights = model / "hf" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1
+    weights.write_bytes(bytes(data))
+    changed = train("train.steps=2", "run.resume=true")
+    lines = changed.stderr.strip().splitlines()
+    assert changed.returncode == 2 and len(lines) == 1 and "model.path no longer holds" in lines[0], changed.stderr
+    shutil.copy(run / "identity.json", tmp_path / "before.json")
+    ok = train("train.steps=2", "run.resume=true", "run.allow_config_change=true")
+    assert ok.returncode == 0, ok.stderr[-600:]
+    assert json.loads((run / "identity.json").read_text())["model.path"] != saved["model.path"]
+
+
+def test_fingerprints_follow_content_not_names(tmp_path):
+    from r1.identity import changes, rows_fingerprint, weights_fingerprint
+
+    rows = [{"id": "a", "question": "1+1?", "answer": "2"}, {"id": "b", "question": "2+2?", "answer": "4"}]
+    assert rows_fingerprint(rows) == rows_fingerprint([dict(r) for r in rows])
+    assert rows_fingerprint(rows) != rows_fingerprint([rows[0], {**rows[1], "answer": "5"}])
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "model.safetensors").write_bytes(b"w" * (3 << 20))
+    (tmp_path / "m" / "config.json").write_text("{}")
+    before = weights_fingerprint(str(tmp_path / "m"))
+    os.utime(tmp_path / "m" / "model.safetensors", (0, 0))  # another mtime (a copy): the same weights
+    assert weights_fingerprint(str(tmp_path / "m")) == before and weights_fingerprint("tiny") is None
+    (tmp_path / "m" / "config.json").write_text('{"x": 1}')
+    assert weights_fingerprint(str(tmp_path / "m")) != before
+    assert changes({"data": "1", "model.path": "2"}, {"data": "1", "model.path": "3", "model.ref_path": "4"}) == \
+        ["model.path"]
