@@ -20,6 +20,7 @@ generated and scored on one rank.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import warnings
@@ -27,6 +28,7 @@ import warnings
 import torch
 
 from r1 import checkpoint, disk, distributed, memory, packing
+from r1.atomic import describe_os_error
 from r1.actor import Actor, generator_model
 from r1.config import Config
 from r1.credit import (compute as compute_credit, credit_inputs, informative_groups, normalized_rewards,
@@ -194,6 +196,22 @@ class Trainer:
         return {f"eval_{k}": v for k, v in evaluate(self.actor).items() if isinstance(v, (int, float))}
 
     # -- the loop ------------------------------------------------------------
+    @contextlib.contextmanager
+    def disk_failure(self, what: str, where):
+        """A write that failed (full disk, read-only folder) as one CheckpointError line: what was not written,
+        why, and that the last checkpoint is intact (train.py prints it, exit 1)."""
+        try:
+            yield
+        except Exception as e:  # noqa: BLE001 - safetensors reports a full disk as its own error type
+            why = describe_os_error(e)
+            if not isinstance(e, OSError) and not why.startswith(("no space left", "permission denied")):
+                raise
+            prev = checkpoint.latest(self.cfg.run.dir)
+            keep = (f"{prev} is intact: free space (or make run.dir writable) and resume with run.resume=true"
+                    if prev else "no checkpoint was written yet")
+            file = getattr(e, "filename", None)
+            raise checkpoint.CheckpointError(f"could not write {what} {file or where}: {why}; {keep}") from e
+
     def fit(self, evaluate=None):
         """Iterations start..train.steps, then the HF export. `evaluate`: a function of the actor that returns
         held-out metrics (train.py passes r1/evaluate.py's), run every eval.every iterations and logged with
@@ -215,7 +233,8 @@ class Trainer:
                 out_of_time = cfg.train.time_limit > 0 and bool(distributed.all_max(
                     float(time.time() - t0 >= cfg.train.time_limit), self.d))
                 if (it + 1) % cfg.train.checkpoint_every == 0 or it + 1 == cfg.train.steps or out_of_time:
-                    self.saver.wait()  # the checkpoint's trajectory files are on disk before it
+                    with self.disk_failure("trajectory file", iter_path(cfg.run.dir, it + 1)):
+                        self.saver.wait()  # the checkpoint's trajectory files are on disk before it
                     checkpoint.save(cfg.run.dir, it + 1, self.learner.models, self.learner.optims,
                                     self.learner.scheds, {"iteration": it + 1,
                                                           "reward_moments": self.reward_moments.tolist()},
@@ -225,7 +244,8 @@ class Trainer:
                         print(f"train.time_limit={cfg.train.time_limit:g}s reached after iteration {it + 1}; "
                               f"checkpointed, exporting hf/", flush=True)
                     break
-            self.learner.export()
+            with self.disk_failure("the export", os.path.join(cfg.run.dir, "hf")):
+                self.learner.export()
             failed = False
         finally:
             try:

@@ -239,12 +239,16 @@ class Saver:
         self.wait()
         if tokenizer is not None:  # the header's fingerprint is computed (then cached) on the caller's thread
             tokenizer_id(tokenizer)
-        self.pending = self.pool.submit(save, list(trajs), path, tokenizer)
+        self.pending = (self.pool.submit(save, list(trajs), path, tokenizer), path)
 
     def wait(self):
+        """The file in flight is written, or an OSError naming it (a full disk reads the same for every file)."""
         pending, self.pending = self.pending, None
         if pending is not None:
-            pending.result()
+            try:
+                pending[0].result()
+            except OSError as e:
+                raise OSError(e.errno, e.strerror or str(e), pending[1]) from e
 
     def close(self):
         try:

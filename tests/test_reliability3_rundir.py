@@ -176,3 +176,33 @@ def test_fingerprints_follow_content_not_names(tmp_path):
     assert weights_fingerprint(str(tmp_path / "m")) != before
     assert changes({"data": "1", "model.path": "2"}, {"data": "1", "model.path": "3", "model.ref_path": "4"}) == \
         ["model.path"]
+
+
+@pytest.mark.parametrize("where,err", [("export", "EROFS"), ("trajectories", "ENOSPC")])
+def test_a_write_that_fails_late_is_one_line_saying_the_checkpoint_is_intact(tmp_path, monkeypatch, capsys, where,
+                                                                             err):
+    """393649a: a read-only folder at export was a traceback; a full disk while writing trajectories did not say
+    which file or that the last checkpoint stood."""
+    import errno
+
+    import train
+    import r1.trajectory
+    import r1.weights
+
+    def fail(*a, **k):
+        raise OSError(getattr(errno, err), os.strerror(getattr(errno, err)))
+
+    monkeypatch.setattr(r1.weights if where == "export" else r1.trajectory, "save_hf" if where == "export" else "save",
+                        fail)
+    run = tmp_path / "run"
+    with pytest.raises(SystemExit) as e:
+        train.main(["--config", SMOKE, f"run.dir={run}", "train.steps=1", "rollout.prompts=2", "rollout.n=2",
+                    "rollout.max_new_tokens=4", "data.train_size=4", "log.tensorboard=false", "log.progress=false"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 1 and len(lines) == 1, lines
+    if where == "export":
+        assert f"could not write the export {run}/hf: permission denied" in lines[0]
+        assert f"{run}/checkpoints/iter_000001 is intact" in lines[0]
+    else:
+        assert f"could not write trajectory file {run}/trajectories/iter_000001.jsonl.gz" in lines[0]
+        assert "no space left on device; no checkpoint was written yet" in lines[0]
