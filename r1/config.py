@@ -637,6 +637,9 @@ def validate(cfg: Config, origin: dict | None = None):
             fail(key, "a non-empty path" if key == "run.dir" else "a split name")
     if not 0 < cfg.run.memory_fraction <= 1:
         fail("run.memory_fraction", "in (0, 1]")
+    for key in ("rollout.temperature", "eval.temperature"):  # 1/T must stay finite on float32 logits
+        if 0 < get(cfg, key) < 1e-3:
+            fail(key, "0 (greedy) or >= 0.001")
     if not 0 < cfg.rollout.top_p <= 1:
         fail("rollout.top_p", "in (0, 1]")
     if cfg.algo.log_ratio_clamp <= 0:

@@ -45,6 +45,11 @@ def build_model(path: str, cfg: Config, tok, device, value_head=False, seed=0) -
     # the tokenizer meets its model here: every id it can produce needs an embedding row (the model folder's
     # own tokenizer, or the one model.tokenizer names), or the first prompt holding one is an IndexError
     check_vocab(tok, model.cfg.vocab_size, path, own=cfg.model.tokenizer is None)
+    # non-finite weights (a reference among them) would make every update skip, silently, until the run ends
+    bad = next((n for n, p in model.named_parameters() if not bool(torch.isfinite(p).all())), None)
+    if bad is not None:
+        raise ValueError(f"model {path} holds non-finite weights (NaN or inf in {bad}); it cannot be trained or "
+                         f"used as a reference")
     return model
 
 

@@ -206,3 +206,27 @@ def test_a_write_that_fails_late_is_one_line_saying_the_checkpoint_is_intact(tmp
     else:
         assert f"could not write trajectory file {run}/trajectories/iter_000001.jsonl.gz" in lines[0]
         assert "no space left on device; no checkpoint was written yet" in lines[0]
+
+
+def test_non_finite_weights_and_a_tiny_temperature_are_refused_at_start(tmp_path):
+    """393649a: a reference with NaN weights made every update skip with exit 0; a temperature of 1e-40
+    overflowed the logits and was reported as broken weights after the first rollout."""
+    import transformers
+
+    from r1.config import ConfigError, load_config
+
+    for key in ("rollout.temperature", "eval.temperature"):
+        with pytest.raises(ConfigError, match=rf"{key}.* must be 0 \(greedy\) or >= 0.001, got 1e-40"):
+            load_config(SMOKE, [f"{key}=1e-40"])
+    config = transformers.LlamaConfig(vocab_size=49152, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    with torch.no_grad():
+        model.model.layers[0].mlp.up_proj.weight[0, 0] = float("nan")
+    model.save_pretrained(tmp_path / "ref")
+    proc = subprocess.run([sys.executable, "train.py", "--config", SMOKE, f"run.dir={tmp_path / 'run'}",
+                           f"model.ref_path={tmp_path / 'ref'}", "algo.kl_coef=0.1", "train.steps=1"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-800:]
+    assert "holds non-finite weights (NaN or inf in model.layers.0.mlp.up_proj" in lines[0] and not (tmp_path / "run").exists()
