@@ -41,3 +41,21 @@ def test_refuses_evaluations_of_different_sizes_and_non_results(tmp_path):
     (tmp_path / "bad.json").write_text("Traceback ...\n")
     p, out = _run(tmp_path, str(tmp_path / "bad.json"), _eval(tmp_path / "t.json", 0.12))
     assert p.returncode != 0 and "bad.json" in p.stderr and not out.exists()
+
+
+def test_ablation_table_reads_the_lanes_files(tmp_path):
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import ablation_table
+
+    for name, acc in (("recipe", 0.12), ("grpo", 0.1)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.jsonl").write_text(
+            "".join(json.dumps({"iter": i, "reward_mean": 0.1, "entropy": 0.3 - i / 100}) + "\n" for i in (1, 2)))
+        (tmp_path / f"test-{name}.json").write_text(json.dumps({"n": 1319, "accuracy": acc}) + "\n")
+    (tmp_path / "compare.jsonl").write_text(json.dumps({"ablation": "grpo", "vs_recipe": {
+        "delta_points": -2.0, "gained": 10, "lost": 36, "p": 0.0001}}) + "\n")
+    table = ablation_table.rows(str(tmp_path))
+    assert [r["name"] for r in table] == ["recipe", "grpo"] and table[1]["iterations"] == 2
+    text = ablation_table.markdown(table)
+    assert "| recipe | 2 | 12.00% of 1319 |  | 0.280 |" in text
+    assert "| grpo | 2 | 10.00% of 1319 | -2.00 (10 / 36, p = 0.0001) | 0.280 |" in text

@@ -1,0 +1,67 @@
+"""The ablation table of bench/h200_ablate.sh's results, as Markdown for the README, and its curves as PNGs.
+
+    python bench/ablation_table.py RESULTS_DIR [--png-prefix docs/ablation]
+
+One row per lane: iterations run in the shared time, test accuracy (eval.py, all of the test split), the
+paired comparison with the recipe's lane (r1.compare: gained / lost, McNemar p), and the last logged
+entropy. Numbers are copied from the run's files; a lane whose test evaluation is missing is listed as such.
+"""
+import argparse
+import json
+import os
+import sys
+
+
+def _lines(path):
+    if not os.path.isfile(path):
+        return []
+    with open(path) as f:
+        return [json.loads(x) for x in f if x.strip()]
+
+
+def rows(res: str) -> list:
+    compare = {c["ablation"]: c["vs_recipe"] for c in _lines(os.path.join(res, "compare.jsonl"))}
+    names = sorted(n for n in os.listdir(res) if os.path.isfile(os.path.join(res, n, "metrics.jsonl")))
+    names.sort(key=lambda n: n != "recipe")
+    out = []
+    for n in names:
+        m = [x for x in _lines(os.path.join(res, n, "metrics.jsonl")) if "reward_mean" in x]
+        test = _lines(os.path.join(res, f"test-{n}.json"))
+        out.append({"name": n, "iterations": len(m), "test_accuracy": test[-1]["accuracy"] if test else None,
+                    "n": test[-1]["n"] if test else None, "entropy": m[-1].get("entropy") if m else None,
+                    "vs_recipe": compare.get(n)})
+    return out
+
+
+def markdown(table: list) -> str:
+    head = "| lane | iterations | test accuracy | vs recipe (gained / lost, p) | entropy, last |\n| --- | --- | --- | --- | --- |"
+    body = []
+    for r in table:
+        acc = "not evaluated" if r["test_accuracy"] is None else f"{100 * r['test_accuracy']:.2f}% of {r['n']}"
+        c = r["vs_recipe"]
+        vs = "" if c is None else f"{c['delta_points']:+.2f} ({c['gained']} / {c['lost']}, p = {c['p']:.2g})"
+        ent = "" if r["entropy"] is None else f"{r['entropy']:.3f}"
+        body.append(f"| {r['name']} | {r['iterations']} | {acc} | {vs} | {ent} |")
+    return "\n".join([head, *body])
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("results")
+    p.add_argument("--png-prefix", help="write PREFIX_reward.png, PREFIX_val.png, PREFIX_entropy.png")
+    a = p.parse_args(argv)
+    table = rows(a.results)
+    if not table:
+        sys.exit(f"error: no lanes (folders with metrics.jsonl) in {a.results}")
+    print(markdown(table))
+    if a.png_prefix:
+        from r1.plot import plot
+
+        runs = [os.path.join(a.results, r["name"]) for r in table]
+        plot(runs, ["reward_mean"], f"{a.png_prefix}_reward.png", smooth=5)
+        plot(runs, ["eval_accuracy"], f"{a.png_prefix}_val.png")
+        plot(runs, ["entropy"], f"{a.png_prefix}_entropy.png")
+
+
+if __name__ == "__main__":
+    main()
