@@ -66,3 +66,78 @@ def test_a_relative_data_task_is_a_config_error():
 
     with pytest.raises(ConfigError, match=r"'\.x:TASK'.*relative"):
         load_config(SMOKE, ["data.task=.x:TASK"])
+
+
+# ================================================================ tool observations
+
+
+class _Tok:  # what ToolEnv reads of a tokenizer
+    special_tokens, stop_ids = (), ()
+
+
+def _env(tools=("calculator",), max_context=2048):
+    from r1.envs.tool_env import ToolEnv
+
+    env = ToolEnv(_Tok(), lambda sample, tools: [{"role": "user", "content": "q"}], lambda text, answer: 0.0,
+                  tools=tools, max_context=max_context, max_new_tokens=256)
+    env.reset({"question": "q", "answer": "1"})
+    return env
+
+
+def _step(env, body: str):
+    from r1.envs.base import Action
+
+    obs, _, _, info = env.step(Action(ids=[], text=f"<tool_call>{body}</tool_call>"))
+    return sum(len(m["content"]) for m in obs.messages), obs, info
+
+
+def test_an_error_observation_does_not_grow_with_the_call():
+    """One 16 KB call of 1,700 unexpected keys was a 90 KB observation (one problem named per key)."""
+    import json
+
+    from r1.envs.tool_env import MAX_CALL_CHARS, MAX_ERROR_CHARS
+
+    args = {f"k{i}": 1 for i in range(1700)}
+    body = json.dumps({"name": "calculator", "arguments": args}, separators=(",", ":"))
+    assert len(body) <= MAX_CALL_CHARS
+    size, obs, info = _step(_env(), body)
+    assert info["errors"] == ["bad_arguments"] and size <= MAX_ERROR_CHARS
+    assert "and 1697 more problems" in obs.messages[0]["content"]
+    # every other kind of error stays bounded too, whatever the call's size
+    for body in ['{"name": "' + "n" * 15000 + '", "arguments": {}}', "[" * 16000, "{" + "x" * 16000,
+                 '{"name": "calculator", "arguments": {"expression": "' + "1+" * 7000 + '1"}}']:
+        size, _, info = _step(_env(), body)
+        assert size <= MAX_ERROR_CHARS, (body[:30], size, info)
+
+
+def test_a_tool_failure_quotes_a_bounded_prefix_of_its_exception():
+    from r1.envs.tools import MAX_QUOTE, Tool
+
+    schema = {"type": "function", "function": {"name": "boom", "parameters": {
+        "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}}
+
+    def boom(text):
+        raise ValueError(f"cannot use {text}")
+    result = Tool("boom", schema, boom)({"text": "x" * 16000})
+    assert not result.ok and len(result.text) < MAX_QUOTE + 100 and "more characters" in result.text
+
+
+def test_a_megabyte_tool_result_is_cut_before_it_is_tokenised():
+    from r1.envs.tool_env import RESULT_CHARS_PER_TOKEN
+    from r1.envs.tools import Tool, ToolResult
+
+    schema = {"type": "function", "function": {"name": "dump", "parameters": {"type": "object", "properties": {}}}}
+    text = "HEAD " + "word " * 1_000_000 + " TAIL"  # 5 MB
+    Tool_ = Tool("dump", schema, lambda: ToolResult(text, True))
+    from r1.envs import tools as tools_module
+
+    tools_module.register_tool(Tool_, replace=True)
+    env = _env(tools=("dump",), max_context=1024)
+    size, obs, info = _step(env, '{"name": "dump", "arguments": {}}')
+    content = obs.messages[0]["content"]
+    assert info["errors"] == [] and size <= RESULT_CHARS_PER_TOKEN * 1024 + 200
+    assert content.startswith("HEAD word") and content.endswith("word  TAIL") and "[tool result cut: " in content
+    small = "x" * 100  # a result that fits is passed unchanged
+    tools_module.register_tool(Tool("dump", schema, lambda: ToolResult(small, True)), replace=True)
+    assert _step(_env(tools=("dump",)), '{"name": "dump", "arguments": {}}')[1].messages[0]["content"] == small
+    del tools_module.TOOLS["dump"]
