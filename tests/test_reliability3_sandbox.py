@@ -141,3 +141,67 @@ def test_a_megabyte_tool_result_is_cut_before_it_is_tokenised():
     tools_module.register_tool(Tool("dump", schema, lambda: ToolResult(small, True)), replace=True)
     assert _step(_env(tools=("dump",)), '{"name": "dump", "arguments": {}}')[1].messages[0]["content"] == small
     del tools_module.TOOLS["dump"]
+
+
+# ================================================================ the CLI sandbox: regular expressions
+
+_CPU_CHILD = textwrap.dedent('''
+    import resource, sys, time
+    resource.setrlimit(resource.RLIMIT_CPU, (int(sys.argv[3]), int(sys.argv[3]) + 1))
+    sys.path.insert(0, sys.argv[1])
+    from r1.envs.sandbox import Sandbox
+    t = time.process_time()
+    r = Sandbox(sys.argv[2]).run(sys.stdin.read())
+    print(repr((r.ok, r.refused, r.text[:300], time.process_time() - t)))
+''')
+
+
+def _run_cpu_bounded(root, command: str, cpu_s: int = 20):
+    """(ok, refused, text, CPU seconds) of one sandbox command run in a child under RLIMIT_CPU: a stall is
+    killed by SIGXCPU (a non-zero exit) instead of hanging the test."""
+    import ast
+    import subprocess
+
+    p = subprocess.run([sys.executable, "-c", _CPU_CHILD, ROOT, str(root), str(cpu_s)], input=command,
+                       capture_output=True, text=True)
+    assert p.returncode == 0, f"{command!r}: the child was killed after {cpu_s} s of CPU (rc {p.returncode})"
+    return ast.literal_eval(p.stdout.strip().splitlines()[-1])
+
+
+REDOS = {
+    "alternation_fixed_count": "grep -E '(a|aa){40}b' a.txt",
+    "alternation_sequence": "grep -E '" + "(a|aa)" * 40 + "b' a.txt",
+    "alternation_sequence_bre": "grep '" + "\\(a\\|aa\\)" * 40 + "b' a.txt",
+    "variable_inside_fixed_count": "grep -E '(a*){20}b' a.txt",
+    "optional_inside_fixed_count": "grep -E '(a?){40}a{40}b' a.txt",
+    "bre_interval": "grep '\\(a*\\)\\{20\\}b' a.txt",
+    "many_optionals": "grep -E '" + "a?" * 60 + "a" * 60 + "b' a.txt",
+    "fixed_counts_multiply": "grep -E '((a.){255}){255}' a.txt",
+}
+
+
+@pytest.fixture(scope="module")
+def redos_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("redos")
+    (root / "a.txt").write_text(("a" * 120 + "\n") * 50 + "a" * 20_000 + "\n")
+    (root / "b.txt").write_text("a line\nanother line\nnone\n")
+    return root
+
+
+@pytest.mark.parametrize("command", list(REDOS.values()), ids=list(REDOS))
+def test_grep_patterns_that_backtrack_are_refused_in_bounded_cpu(redos_root, command):
+    ok, refused, text, cpu = _run_cpu_bounded(redos_root, command)
+    assert not ok and not refused and (text.startswith("grep: ") or text.startswith("stopped: ")), text
+    assert "\n" not in text and cpu < 5, (text, cpu)
+
+
+def test_patterns_grep_users_write_still_run(redos_root):
+    from r1.envs.sandbox import Sandbox
+
+    sb = Sandbox(redos_root)
+    for command, expected in [("grep -c 'a\\{3\\}' a.txt", "51"), ("grep -cE '^(a|b)+$' a.txt", "51"),
+                              ("grep -cE 'a{2,5}b|c' a.txt", "0"), ("grep -cE '(ab|cd)[0-9]{2}' a.txt", "0"),
+                              ("grep -c '.*a.*' b.txt", "2"), ("grep -cE -e x -e y -e 'a?b' a.txt", "0")]:
+        r = sb.run(command)
+        assert r.ok or r.text == "0", (command, r.text)
+        assert r.text == expected, (command, r.text)

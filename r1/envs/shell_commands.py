@@ -12,6 +12,7 @@ exceptions both layers raise and `show`, how a name or text is shown to
 the model, so the sandbox imports this file and not the other way round.
 """
 import fnmatch
+import functools
 import itertools
 import math
 import os
@@ -21,6 +22,9 @@ from datetime import datetime, timezone
 
 VIRTUAL_ROOT = "/sandbox"
 MAX_REPEAT_COUNT = 255
+MAX_FACTORS = 16  # variable repetitions in one grep pattern; '.*' four times is already slow on a long line
+MAX_CHOICES = 100_000  # ways a grep pattern's alternatives can be taken; -e x -e y -e z is 3
+MAX_EXPANDED = 10_000  # items of a grep pattern once fixed counts are expanded ({255} of 40 items)
 _CONTROL = {i: "?" for i in list(range(32)) + [127] if i not in (9, 10)}
 
 
@@ -440,8 +444,15 @@ def _translate(pattern: str, extended: bool, c: Call) -> str:
     return "".join(out)
 
 
-def _pattern_factors(py: str, c: Call) -> list:
-    """[(min, max)] of the pattern's variable repetitions; CmdError for exponential shapes."""
+def _pattern_shape(py: str, c: Call):
+    """(factors, choices, weight) of a translated pattern; CmdError for shapes that backtrack exponentially.
+
+    factors: [(min, max)] of its variable repetitions, each counted as often as a fixed count repeats it
+    ((a*){3} is three); choices: how many ways its alternations can be taken, multiplied along a sequence
+    and by a fixed count ((a|aa){40} is 2**40); weight: 1 + the items a fixed count adds, / 16. Refused:
+    a variable repetition of anything that repeats or alternates ((a+)+, (a|b)*), back-references and
+    look-arounds, more than MAX_FACTORS repetitions, more than MAX_CHOICES choices, and fixed counts that
+    expand the pattern past MAX_EXPANDED items."""
     try:
         import re._parser as sre_parse  # Python >= 3.11
     except ImportError:  # pragma: no cover
@@ -451,9 +462,20 @@ def _pattern_factors(py: str, c: Call) -> list:
     except Exception as e:  # re.error, RecursionError, OverflowError
         c.fail(f"invalid pattern ({show(str(e)[:80])})")
     repeats = ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT")
-    factors = []
+    extra = [0]  # items added by fixed counts
+
+    def check(factors, choices, size):
+        if len(factors) > MAX_FACTORS:
+            c.fail(f"the pattern has more than {MAX_FACTORS} variable repetitions (counting those a fixed count "
+                   "like {20} repeats); the sandbox refuses it because it can take exponential time")
+        if choices > MAX_CHOICES:
+            c.fail(f"the pattern's alternatives can be taken more than {MAX_CHOICES} ways (like (a|aa){{40}} or "
+                   "(a|aa)(a|aa)...); the sandbox refuses it because it can take exponential time")
+        if size > MAX_EXPANDED:
+            c.fail(f"the pattern's repeat counts expand it past {MAX_EXPANDED} items; use smaller counts")
 
     def walk(items, inside_repeat):
+        factors, choices, size = [], 1, 0
         for op, av in items:
             name = str(op)
             if name in repeats:
@@ -461,29 +483,43 @@ def _pattern_factors(py: str, c: Call) -> list:
                 if inside_repeat and hi != lo:
                     c.fail("the pattern repeats a group that itself repeats or alternates (like (a+)+ or (a|b)*);"
                            " the sandbox refuses it because it can take exponential time")
+                f, ch, sz = walk(sub, inside_repeat or hi != lo)
                 if hi != lo:
                     factors.append((lo, hi))
-                walk(sub, inside_repeat or hi != lo)
+                    size += sz
+                else:  # a fixed count repeats what is inside: its repetitions and its choices
+                    for _ in range(lo):
+                        factors, choices, size = factors + f, choices * ch, size + sz
+                        check(factors, choices, size)
+                    extra[0] += sz * max(lo - 1, 0)
             elif name == "SUBPATTERN":
-                walk(av[-1], inside_repeat)
+                f, ch, sz = walk(av[-1], inside_repeat)
+                factors, choices, size = factors + f, choices * ch, size + sz
             elif name == "BRANCH":
                 if inside_repeat:
                     c.fail("the pattern repeats an alternation (like (a|b)*); the sandbox refuses it because it "
                            "can take exponential time")
+                total = 0
                 for alt in av[1]:
-                    walk(alt, inside_repeat)
+                    f, ch, sz = walk(alt, inside_repeat)
+                    factors, total, size = factors + f, total + ch, size + sz
+                choices *= total
             elif name in ("GROUPREF", "GROUPREF_EXISTS", "ASSERT", "ASSERT_NOT"):
                 c.fail("back-references and look-arounds are not supported")
-    walk(list(tree), False)
-    return factors
+            else:
+                size += 1
+            check(factors, choices, size)
+        return factors, choices, size
+    factors, choices, _ = walk(list(tree), False)
+    return factors, choices, 1 + extra[0] // 16
 
 
 def _grep_matcher(c: Call, patterns: list, opts: dict):
-    """(search(line) -> list of match spans or [], cost(line) -> int)."""
+    """(compiled pattern, cost(line) -> estimated backtracking steps, an upper bound)."""
     fixed, extended, icase = "F" in opts, "E" in opts, "i" in opts
     parts = [re.escape(p) if fixed else _translate(p, extended, c) for p in patterns]
-    factors = [] if fixed else [f for p in parts for f in _pattern_factors(p, c)]
     body = "|".join(f"(?:{p})" for p in parts) if len(parts) > 1 else parts[0]
+    factors, choices, weight = ([], len(parts), 1) if fixed else _pattern_shape(body, c)
     if "w" in opts:
         body = rf"(?<!\w)(?:{body})(?!\w)"
     if "x" in opts:
@@ -492,16 +528,21 @@ def _grep_matcher(c: Call, patterns: list, opts: dict):
         rx = re.compile(body, re.IGNORECASE if icase else 0)
     except (re.error, RecursionError, OverflowError) as e:
         c.fail(f"invalid pattern ({show(str(e)[:80])})")
+    k = len(factors)
 
-    def cost(line: str) -> int:
-        # Backtracking over k independent repetitions tries at most ~n**(k+1)/(k+1)! splits of a line
-        # of n characters (measured: '.*.*.*z' on 1,000 characters, 4e10 of these, took 99 s).
-        n = len(line) + 1
-        total = n
+    @functools.lru_cache(maxsize=1024)
+    def cost(n: int) -> int:
+        # A search tries each of the n + 1 start positions; from one, backtracking tries every way the k
+        # repetitions can split what follows, each way once per choice of alternatives. The splits from
+        # one start are at most the product of the repetitions' ranges, and over all starts at most
+        # C(n + k + 1, k + 1) (k + 1 parts of at most n characters: about n**(k+1)/(k+1)!; measured:
+        # '.*.*.*z' on 1,000 characters, 4e10 of these, took 99 s).
+        n += 1
+        ranges = 1
         for lo, hi in factors:
-            total *= max(1, min(hi, n) - lo + 1)
-        return total // math.factorial(len(factors) + 1) + n
-    return rx, cost
+            ranges *= max(1, min(hi, n) - lo + 1)
+        return choices * min(n * ranges, math.comb(n + k, k + 1)) * weight + n
+    return rx, lambda line: cost(len(line))
 
 
 def _cmd_grep(c: Call):
