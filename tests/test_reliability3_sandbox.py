@@ -205,3 +205,58 @@ def test_patterns_grep_users_write_still_run(redos_root):
         r = sb.run(command)
         assert r.ok or r.text == "0", (command, r.text)
         assert r.text == expected, (command, r.text)
+
+
+# ================================================================ the CLI sandbox: a folder swapped for a link
+
+CANARY = "CANARY-32b-must-not-be-read"
+RACE_COMMANDS = ["cat d/f.txt", "head -n 1 d/f.txt", "wc -c d/f.txt", "grep -r CANARY d", "grep -r CANARY .",
+                 "grep CANARY d/f.txt", "ls d", "ls -l d", "ls -R .", "find d", "find . -name 'SECRET*'",
+                 "du -a d", "file d/f.txt", "cat */f.txt", "sort d/f.txt", "cat a/b/f.txt", "ls a/b",
+                 "grep -r CANARY a", "find a -type f", "tail a/b/f.txt"]
+
+
+def test_a_folder_swapped_for_a_link_to_outside_is_never_followed(tmp_path):
+    """A thread swaps `d` and `a/b` for links to a folder outside the root, and back, while the commands run:
+    no command may read or list what is outside (check-then-open: the path was checked, then the OS followed
+    the swapped link when it opened it). Bounded by this process's CPU time, not the wall clock."""
+    import threading
+    import time
+
+    from r1.envs.sandbox import Sandbox
+
+    outside, root = tmp_path / "outside", tmp_path / "root"
+    outside.mkdir()
+    (outside / "f.txt").write_text(CANARY + "\n")
+    (outside / "SECRET-NAME").write_text(CANARY + "\n")
+    (root / "d").mkdir(parents=True)
+    (root / "d" / "f.txt").write_text("benign\n")
+    (root / "a" / "b").mkdir(parents=True)
+    (root / "a" / "b" / "f.txt").write_text("benign\n")
+    sb, stop = Sandbox(root), threading.Event()
+
+    def swap():
+        pairs = [(root / "d", root / "d.saved"), (root / "a" / "b", root / "a" / "b.saved")]
+        while not stop.is_set():
+            for folder, saved in pairs:
+                os.rename(folder, saved)
+                os.symlink(outside, folder)
+                time.sleep(0)
+                os.unlink(folder)
+                os.rename(saved, folder)
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    thread = threading.Thread(target=swap, daemon=True)
+    thread.start()
+    try:
+        start, runs = time.process_time(), 0
+        while time.process_time() - start < 6 and runs < 4000:
+            for command in RACE_COMMANDS:
+                text = sb.run(command).text
+                runs += 1
+                assert CANARY not in text and "SECRET" not in text, (command, text)
+    finally:
+        stop.set()
+        thread.join()
+        sys.setswitchinterval(old)
+    assert runs >= len(RACE_COMMANDS)

@@ -21,6 +21,7 @@ import stat
 from datetime import datetime, timezone
 
 VIRTUAL_ROOT = "/sandbox"
+LINK_HIDDEN = "[a path that leaves /sandbox; not shown]"  # what ls -l and file show for such a link's target
 MAX_REPEAT_COUNT = 255
 MAX_FACTORS = 16  # variable repetitions in one grep pattern; '.*' four times is already slow on a long line
 MAX_CHOICES = 100_000  # ways a grep pattern's alternatives can be taken; -e x -e y -e z is 3
@@ -207,8 +208,9 @@ def _cmd_ls(c: Call):
     long, human, every = "l" in opts, "h" in opts, "a" in opts or "A" in opts
 
     def order(items):
-        if "S" in opts:
-            items.sort(key=lambda e: (-_size(e[1]), e[0]))
+        if "S" in opts:  # a link sorts by its size as shown (its target's length), not the host path's
+            items.sort(key=lambda e: (-(len(os.fsencode(c.sb.link_text(e[2]))) if stat.S_ISLNK(e[1].st_mode)
+                                        else _size(e[1])), e[0]))
         elif "t" in opts:
             items.sort(key=lambda e: (-e[1].st_mtime, e[0]))
         else:
@@ -218,22 +220,24 @@ def _cmd_ls(c: Call):
     def line(name, st, real):
         if not long:
             return show(name)
-        size = _human(_size(st)) if human else str(_size(st))
-        tail = f" -> {show(os.readlink(real))}" if stat.S_ISLNK(st.st_mode) else ""
+        target = c.sb.link_text(real) if stat.S_ISLNK(st.st_mode) else None
+        n = len(os.fsencode(target)) if target is not None else _size(st)  # a link's size is its target's length
+        size = _human(n) if human else str(n)
+        tail = f" -> {show(target)}" if target is not None else ""
         return f"{_mode(st)} 1 user user {size:>6} {_when(st)} {show(name)}{tail}"
 
     files, dirs = [], []
     for op in operands:
         real = c.sb.locate(op, follow=False)
         try:
-            st = os.lstat(real)
+            st = c.sb.lstat(real)
         except (FileNotFoundError, NotADirectoryError):
             c.error(f"cannot access '{show(op)}': No such file or directory")
             continue
         if stat.S_ISLNK(st.st_mode) and not long and "d" not in opts:
             real = c.sb.locate(op)  # followed, as GNU ls does; Refused if it leaves root
             try:
-                st = os.lstat(real)
+                st = c.sb.lstat(real)
             except (FileNotFoundError, NotADirectoryError):
                 c.error(f"cannot access '{show(op)}': No such file or directory")
                 continue
@@ -290,7 +294,7 @@ def _cmd_find(c: Call):
             c.fail(f"'{a}' is not supported (predicates are joined by 'and'; use ! or -not to negate one)")
         if a in ("-empty",):
             test = lambda n, p, st, r: (st.st_size == 0 if stat.S_ISREG(st.st_mode)  # noqa: E731
-                                        else stat.S_ISDIR(st.st_mode) and not os.listdir(r))
+                                        else stat.S_ISDIR(st.st_mode) and not c.sb.entries(r, c.budget))
         elif a in ("-name", "-iname", "-path", "-ipath", "-type", "-size", "-maxdepth", "-mindepth", "-newer"):
             if not args:
                 c.fail(f"missing argument to '{a}'")
@@ -312,8 +316,8 @@ def _cmd_find(c: Call):
                 size = _size_test(v, c)
                 test = lambda n, p, st, r, size=size: stat.S_ISREG(st.st_mode) and size(st)  # noqa: E731
             elif a == "-newer":
-                ref = os.stat(c.sb.locate(v)) if os.path.lexists(c.sb.locate(v)) else None
-                if ref is None:
+                ref = c.sb.kind(c.sb.locate(v)) and c.sb.lstat(c.sb.locate(v))
+                if not ref:
                     c.fail(f"'{show(v)}': No such file or directory")
                 test = lambda n, p, st, r, t=ref.st_mtime: st.st_mtime > t  # noqa: E731
             else:
@@ -332,7 +336,7 @@ def _cmd_find(c: Call):
     for start in starts:
         real = c.sb.locate(start)
         try:
-            st = os.lstat(real)
+            st = c.sb.lstat(real)
         except (FileNotFoundError, NotADirectoryError):
             c.error(f"'{show(start)}': No such file or directory")
             continue
@@ -579,7 +583,7 @@ def _cmd_grep(c: Call):
     for op in operands:
         real = c.sb.locate(op)
         try:
-            st = os.lstat(real)
+            st = c.sb.lstat(real)
         except (FileNotFoundError, NotADirectoryError):
             if "s" not in opts:
                 c.error(f"{show(op)}: No such file or directory")
@@ -732,7 +736,7 @@ def _cmd_file(c: Call):
     for op in operands:
         real = c.sb.locate(op, follow=False)
         try:
-            st = os.lstat(real)
+            st = c.sb.lstat(real)
         except (FileNotFoundError, NotADirectoryError):
             out.append(f"{show(op)}: cannot open (No such file or directory)")
             c.errors.append(f"file: {show(op)}: No such file or directory")
@@ -740,7 +744,7 @@ def _cmd_file(c: Call):
         if stat.S_ISDIR(st.st_mode):
             kind = "directory"
         elif stat.S_ISLNK(st.st_mode):
-            kind = f"symbolic link to {show(os.readlink(real))}"
+            kind = f"symbolic link to {show(c.sb.link_text(real))}"
         elif stat.S_ISFIFO(st.st_mode):
             kind = "fifo (named pipe)"
         elif not stat.S_ISREG(st.st_mode):
@@ -782,7 +786,7 @@ def _cmd_du(c: Call):
     for op in operands:
         real = c.sb.locate(op)
         try:
-            st = os.lstat(real)
+            st = c.sb.lstat(real)
         except (FileNotFoundError, NotADirectoryError):
             c.error(f"cannot access '{show(op)}': No such file or directory")
             continue
