@@ -260,3 +260,42 @@ def test_a_folder_swapped_for_a_link_to_outside_is_never_followed(tmp_path):
         thread.join()
         sys.setswitchinterval(old)
     assert runs >= len(RACE_COMMANDS)
+
+
+# ================================================================ the CLI sandbox: no host path in any output
+
+
+def test_ls_l_and_file_never_print_a_host_path(tmp_path):
+    from r1.envs.sandbox import Sandbox
+    from r1.envs.shell_commands import LINK_HIDDEN
+
+    root, outside = tmp_path / "root", tmp_path / "elsewhere"
+    (root / "docs").mkdir(parents=True)
+    (root / "sub").mkdir()
+    outside.mkdir()
+    (root / "docs" / "notes.md").write_text("notes\n")
+    os.symlink(str(outside / "f.txt"), root / "abs_out")
+    os.symlink("../elsewhere", root / "rel_out")
+    os.symlink(str(root / "docs"), root / "abs_in")
+    os.symlink("docs/notes.md", root / "rel_in")
+    os.symlink("../docs", root / "sub" / "up_in")
+    os.symlink("../../elsewhere/x", root / "sub" / "up_out")
+    os.symlink("docs/../../elsewhere", root / "dips_out")
+    sb = Sandbox(root)
+    host = str(tmp_path)
+    outputs = {c: sb.run(c).text for c in ["ls -l", "ls -l sub", "ls -lS", "ls -lR", "ls -l abs_out rel_out",
+                                           "file abs_out rel_out abs_in rel_in dips_out sub/up_in sub/up_out",
+                                           "find . -type l", "ls -lh sub"]}
+    for command, text in outputs.items():
+        assert host not in text and "elsewhere" not in text, (command, text)
+    ls = outputs["ls -l"]
+    assert f"abs_out -> {LINK_HIDDEN}" in ls and f"rel_out -> {LINK_HIDDEN}" in ls and f"dips_out -> {LINK_HIDDEN}" in ls
+    assert "abs_in -> /sandbox/docs" in ls and "rel_in -> docs/notes.md" in ls
+    assert "up_in -> ../docs" in outputs["ls -l sub"] and f"up_out -> {LINK_HIDDEN}" in outputs["ls -l sub"]
+    assert f"abs_out: symbolic link to {LINK_HIDDEN}" in outputs[
+        "file abs_out rel_out abs_in rel_in dips_out sub/up_in sub/up_out"]
+    # a link's size is the length of what is shown, not of the host path it holds
+    line = next(x for x in ls.splitlines() if x.endswith("rel_in -> docs/notes.md"))
+    assert line.split()[4] == str(len("docs/notes.md"))
+    line = next(x for x in ls.splitlines() if "abs_out" in x)
+    assert line.split()[4] == str(len(LINK_HIDDEN))
