@@ -25,11 +25,19 @@ in every episode. A path is resolved component by component from the root:
 `..` may not climb above it, an absolute path must start with `/sandbox`,
 and a symbolic link is followed only if its target stays inside (its target
 is read with `readlink`; nothing it points to outside is ever touched).
-Only regular files are opened, with O_NOFOLLOW | O_NONBLOCK and a check of
-the opened file's type, so fifos, sockets and device files are refused and
-never block; a file with more than one hard link is not read (it may be a
-file outside the root, linked in). Recursive commands (find, grep -r, du,
-ls -R) never follow symbolic links they meet.
+The check is not trusted at open time: every access (lstat, readlink, list,
+open) opens the root and walks to the path's folder with openat and
+O_NOFOLLOW | O_DIRECTORY per component, then acts on the last component
+relative to that folder without following it, so a folder swapped for a
+link after the check fails the open instead of being followed.
+Only regular files are opened, with O_NOFOLLOW | O_NONBLOCK and a check that
+the opened file is the one checked (same inode, still regular), so fifos,
+sockets and device files are refused and never block; a file with more than
+one hard link is not read (it may be a file outside the root, linked in).
+Recursive commands (find, grep -r, du, ls -R) never follow symbolic links
+they meet. `ls -l` and `file` show a link's target as stored when it is
+relative and stays inside, as `/sandbox/...` when it is an absolute path
+inside, and otherwise a placeholder: no output holds a host path.
 
 Limits: the command is at most 4,000 characters and 1,024 words per stage
 after glob expansion; a file read is at most 4 MB; each command has a work
@@ -40,8 +48,18 @@ stages is at most 4M characters; what the model sees is cut at `max_output`
 characters (default 2,000) with a note saying how much was left out. Control
 characters are shown as `?`, bytes that are not UTF-8 as `\\xNN`. grep
 refuses patterns that can backtrack exponentially in Python's `re`: a
-repetition of a group that holds a repetition or an alternation, and
-back-references. There is no network code and no environment variable is
+variable repetition of a group that holds a repetition or an alternation,
+more than 16 repetitions (a fixed count like {20} counts what it repeats
+that many times), alternatives that can be taken more than 100,000 ways
+((a|aa){40}, or (a|aa) forty times in a row), fixed counts that expand the
+pattern past 10,000 items, back-references and look-arounds, each with a
+one-line error. What it accepts is charged, before each line is matched, a
+bound on its backtracking on that line (the ways its repetitions can split
+the line, times the ways its alternatives can be taken), and the command
+stops before a match that would take the total past the regex budget: the
+10 s deadline is only checked between lines, so this bound is what keeps one
+line's match short. find's and glob's wildcards go through fnmatch, whose
+patterns use atomic groups and do not backtrack. There is no network code and no environment variable is
 read (`$HOME` is refused, not expanded).
 
 The commands themselves are in r1/envs/shell_commands.py (one function
