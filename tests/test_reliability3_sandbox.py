@@ -176,7 +176,8 @@ REDOS = {
     "optional_inside_fixed_count": "grep -E '(a?){40}a{40}b' a.txt",
     "bre_interval": "grep '\\(a*\\)\\{20\\}b' a.txt",
     "many_optionals": "grep -E '" + "a?" * 60 + "a" * 60 + "b' a.txt",
-    "fixed_counts_multiply": "grep -E '((a.){255}){255}' a.txt",
+    "fixed_counts_multiply": "grep -E '((a.){255}){100}b' c.txt",
+    "long_pattern_long_line": "grep -E '" + "a." * 1900 + "b' e.txt",
 }
 
 
@@ -185,6 +186,8 @@ def redos_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("redos")
     (root / "a.txt").write_text(("a" * 120 + "\n") * 50 + "a" * 20_000 + "\n")
     (root / "b.txt").write_text("a line\nanother line\nnone\n")
+    (root / "c.txt").write_text("a" * 150_000 + "\n")
+    (root / "e.txt").write_text("a" * 3_999_999 + "\n")  # the most the sandbox reads of one file
     return root
 
 

@@ -55,7 +55,8 @@ that many times), alternatives that can be taken more than 100,000 ways
 pattern past 10,000 items, back-references and look-arounds, each with a
 one-line error. What it accepts is charged, before each line is matched, a
 bound on its backtracking on that line (the ways its repetitions can split
-the line, times the ways its alternatives can be taken), and the command
+the line, times the ways its alternatives can be taken, times the items one
+try visits; a plain string counts one), and the command
 stops before a match that would take the total past the regex budget: the
 10 s deadline is only checked between lines, so this bound is what keeps one
 line's match short. find's and glob's wildcards go through fnmatch, whose
