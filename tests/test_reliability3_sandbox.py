@@ -178,6 +178,8 @@ REDOS = {
     "many_optionals": "grep -E '" + "a?" * 60 + "a" * 60 + "b' a.txt",
     "fixed_counts_multiply": "grep -E '((a.){255}){100}b' c.txt",
     "long_pattern_long_line": "grep -E '" + "a." * 1900 + "b' e.txt",
+    "several_fixed_strings": "grep -F -e " + "a" * 3000 + "b -e x e.txt",
+    "fixed_string_ignoring_case": "grep -i " + "a" * 3000 + "b e.txt",
 }
 
 

@@ -523,7 +523,11 @@ def _grep_matcher(c: Call, patterns: list, opts: dict):
     fixed, extended, icase = "F" in opts, "E" in opts, "i" in opts
     parts = [re.escape(p) if fixed else _translate(p, extended, c) for p in patterns]
     body = "|".join(f"(?:{p})" for p in parts) if len(parts) > 1 else parts[0]
-    factors, choices, weight = ([], len(parts), 1) if fixed else _pattern_shape(body, c)
+    if fixed:  # one string is found by a prefix scan; several are tried in turn from every position
+        factors, choices, weight = [], 1, 1 if len(parts) == 1 and not icase else sum(map(len, patterns)) + 1
+    else:
+        factors, choices, weight = _pattern_shape(body, c)
+        weight = len(body) if weight == 1 and icase else weight  # no prefix scan for an -i string
     if "w" in opts:
         body = rf"(?<!\w)(?:{body})(?!\w)"
     if "x" in opts:
