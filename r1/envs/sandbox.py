@@ -25,11 +25,19 @@ in every episode. A path is resolved component by component from the root:
 `..` may not climb above it, an absolute path must start with `/sandbox`,
 and a symbolic link is followed only if its target stays inside (its target
 is read with `readlink`; nothing it points to outside is ever touched).
-Only regular files are opened, with O_NOFOLLOW | O_NONBLOCK and a check of
-the opened file's type, so fifos, sockets and device files are refused and
-never block; a file with more than one hard link is not read (it may be a
-file outside the root, linked in). Recursive commands (find, grep -r, du,
-ls -R) never follow symbolic links they meet.
+The check is not trusted at open time: every access (lstat, readlink, list,
+open) opens the root and walks to the path's folder with openat and
+O_NOFOLLOW | O_DIRECTORY per component, then acts on the last component
+relative to that folder without following it, so a folder swapped for a
+link after the check fails the open instead of being followed.
+Only regular files are opened, with O_NOFOLLOW | O_NONBLOCK and a check that
+the opened file is the one checked (same inode, still regular), so fifos,
+sockets and device files are refused and never block; a file with more than
+one hard link is not read (it may be a file outside the root, linked in).
+Recursive commands (find, grep -r, du, ls -R) never follow symbolic links
+they meet. `ls -l` and `file` show a link's target as stored when it is
+relative and stays inside, as `/sandbox/...` when it is an absolute path
+inside, and otherwise a placeholder: no output holds a host path.
 
 Limits: the command is at most 4,000 characters and 1,024 words per stage
 after glob expansion; a file read is at most 4 MB; each command has a work
@@ -40,8 +48,19 @@ stages is at most 4M characters; what the model sees is cut at `max_output`
 characters (default 2,000) with a note saying how much was left out. Control
 characters are shown as `?`, bytes that are not UTF-8 as `\\xNN`. grep
 refuses patterns that can backtrack exponentially in Python's `re`: a
-repetition of a group that holds a repetition or an alternation, and
-back-references. There is no network code and no environment variable is
+variable repetition of a group that holds a repetition or an alternation,
+more than 16 repetitions (a fixed count like {20} counts what it repeats
+that many times), alternatives that can be taken more than 100,000 ways
+((a|aa){40}, or (a|aa) forty times in a row), fixed counts that expand the
+pattern past 10,000 items, back-references and look-arounds, each with a
+one-line error. What it accepts is charged, before each line is matched, a
+bound on its backtracking on that line (the ways its repetitions can split
+the line, times the ways its alternatives can be taken, times the items one
+try visits; a plain string counts one), and the command
+stops before a match that would take the total past the regex budget: the
+10 s deadline is only checked between lines, so this bound is what keeps one
+line's match short. find's and glob's wildcards go through fnmatch, whose
+patterns use atomic groups and do not backtrack. There is no network code and no environment variable is
 read (`$HOME` is refused, not expanded).
 
 The commands themselves are in r1/envs/shell_commands.py (one function
@@ -59,6 +78,7 @@ directory size of 4096 and UTC times as `YYYY-MM-DD HH:MM`; `du` counts the
 bytes of files only (apparent size, directories add nothing), in 1K units
 rounded up unless -b or -h.
 """
+import contextlib
 import fnmatch
 import os
 import re
@@ -67,7 +87,7 @@ import stat
 import time
 from dataclasses import dataclass
 
-from r1.envs.shell_commands import COMMAND_TABLE, VIRTUAL_ROOT, Call, CmdError, Refused, show
+from r1.envs.shell_commands import COMMAND_TABLE, LINK_HIDDEN, VIRTUAL_ROOT, Call, CmdError, Refused, show
 from r1.envs.tools import TOOLS, Tool, ToolResult, register_tool
 
 MAX_COMMAND = 4000
@@ -80,6 +100,11 @@ MAX_REGEX_STEPS = 1_000_000_000  # estimated; Python's re does ~4e8 of these a s
 TIME_LIMIT_S = 10.0
 MAX_OUTPUT = 2000
 MAX_SYMLINK_HOPS = 40
+
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_WALK = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC  # a folder on the way
+_O_LIST = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC  # a folder to list
+_O_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC  # a file to read
 
 COMMANDS = ("pwd", "echo", "ls", "find", "grep", "wc", "head", "tail", "cat", "file", "du", "sort", "uniq")
 WRITERS = {"rm", "rmdir", "mv", "cp", "touch", "mkdir", "chmod", "chown", "chgrp", "ln", "dd", "tee", "truncate",
@@ -234,7 +259,7 @@ class Sandbox:
                 continue
             path = os.path.join(self.root, *done, part)
             try:
-                st = os.lstat(path)
+                st = self.lstat(path)
             except (FileNotFoundError, NotADirectoryError):
                 done.append(part)  # does not exist: the command reports it
                 continue
@@ -244,7 +269,7 @@ class Sandbox:
                 hops += 1
                 if hops > MAX_SYMLINK_HOPS:
                     raise CmdError(f"{arg[:60]!r}: too many levels of symbolic links")
-                target = os.readlink(path)
+                target = self.readlink(path)
                 if target.startswith("/"):
                     if target != self.root and not target.startswith(self.root + "/"):
                         raise Refused(f"{show(arg[:60])!r}: a symbolic link in it points outside the sandbox")
@@ -254,10 +279,66 @@ class Sandbox:
             done.append(part)
         return os.path.join(self.root, *done)
 
-    def read(self, real: str, name: str, budget: _Budget, limit: int = MAX_FILE_BYTES) -> bytes:
-        """The bytes of a regular file inside root (first `limit` bytes); CmdError/Refused otherwise."""
+    # Every access below opens the root and walks to the path's folder one component at a time with
+    # O_NOFOLLOW | O_DIRECTORY, relative to the folder before (openat), then acts on the last component
+    # relative to that folder without following it. A component that is a link when it is opened (a
+    # folder swapped for a link after `locate` checked it) fails the open (ENOTDIR / ELOOP) instead of
+    # being followed: there is no moment between a check and an open in which a path can be redirected.
+    @contextlib.contextmanager
+    def _at(self, real: str):
+        """(fd of the folder holding real's last component, that component, or None for the root)."""
+        if real == self.root:
+            parts = []
+        elif real.startswith(self.root + "/"):
+            parts = real[len(self.root) + 1:].split("/")
+        else:  # pragma: no cover - locate only returns paths below root
+            raise Refused("a path outside the sandbox")
+        if any(p in ("", ".", "..") for p in parts):  # pragma: no cover - locate normalises them away
+            raise Refused("a path with '.' or '..' left in it")
+        fd = os.open(self.root, _O_WALK)
         try:
-            st = os.lstat(real)
+            for part in parts[:-1]:
+                nxt = os.open(part, _O_WALK, dir_fd=fd)
+                os.close(fd)
+                fd = nxt
+            yield fd, (parts[-1] if parts else None)
+        finally:
+            os.close(fd)
+
+    def lstat(self, real: str) -> os.stat_result:
+        """lstat of a path inside root, no link in it followed (see `_at`)."""
+        with self._at(real) as (fd, name):
+            return os.stat(fd) if name is None else os.stat(name, dir_fd=fd, follow_symlinks=False)
+
+    def readlink(self, real: str) -> str:
+        with self._at(real) as (fd, name):
+            if name is None:
+                raise CmdError("the sandbox folder is not a link")
+            return os.readlink(name, dir_fd=fd)
+
+    def link_text(self, real: str) -> str:
+        """A link's target as the model may see it: as stored when it is relative and stays inside root
+        (read lexically from the link's folder), as /sandbox/... when it is an absolute path inside root,
+        otherwise a placeholder; a host path is never shown."""
+        target = self.readlink(real)
+        if target.startswith("/"):
+            if target == self.root or target.startswith(self.root + "/"):
+                return VIRTUAL_ROOT + target[len(self.root):]
+            return LINK_HIDDEN
+        depth = real[len(self.root) + 1:].count("/")  # folders between root and the link
+        for part in target.split("/"):
+            depth += -1 if part == ".." else 0 if part in ("", ".") else 1
+            if depth < 0:
+                return LINK_HIDDEN
+        return target
+
+    def read(self, real: str, name: str, budget: _Budget, limit: int = MAX_FILE_BYTES) -> bytes:
+        """The bytes of a regular file inside root (first `limit` bytes); CmdError/Refused otherwise.
+
+        The file is checked (lstat) and then opened relative to its folder with O_NOFOLLOW | O_NONBLOCK;
+        the opened file must be the one checked (same device and inode), still regular and single-linked."""
+        try:
+            st = self.lstat(real)
         except (FileNotFoundError, NotADirectoryError):
             raise CmdError(f"{name}: No such file or directory") from None
         if stat.S_ISDIR(st.st_mode):
@@ -268,10 +349,16 @@ class Sandbox:
             raise CmdError(f"{name}: the file has {st.st_nlink} hard links; it is not read")
         if st.st_size > MAX_FILE_BYTES and limit >= MAX_FILE_BYTES:
             raise CmdError(f"{name}: file is {st.st_size} bytes; the sandbox reads at most {MAX_FILE_BYTES}")
-        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise Refused(f"{name[:60]}: not a regular file; it is not read")
+            with self._at(real) as (dir_fd, last):
+                fd = os.open(last, _O_FILE, dir_fd=dir_fd)
+        except OSError as e:
+            raise CmdError(f"{name}: changed while it was read ({e.strerror}); not read") from None
+        try:
+            now = os.fstat(fd)
+            if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino) \
+                    or now.st_nlink > 1:
+                raise CmdError(f"{name}: changed while it was read; not read")
             chunks, left = [], min(limit, MAX_FILE_BYTES)
             while left > 0:
                 chunk = os.read(fd, min(left, 1 << 16))
@@ -285,17 +372,32 @@ class Sandbox:
             os.close(fd)
 
     def entries(self, real: str, budget: _Budget) -> list:
-        """[(name, lstat)] of a directory inside root, sorted by code point; symlinks not followed."""
+        """[(name, lstat)] of a directory inside root, sorted by code point; symlinks not followed.
+
+        The folder is opened relative to its parent with O_NOFOLLOW | O_DIRECTORY and listed from that
+        descriptor, so a folder swapped for a link is not listed."""
         out = []
-        with os.scandir(real) as it:
-            for entry in it:
-                budget.spend(1)
-                try:
-                    out.append((entry.name, entry.stat(follow_symlinks=False)))
-                except OSError:
-                    continue
+        with self._at(real) as (dir_fd, name):
+            fd = os.open("." if name is None else name, _O_LIST, dir_fd=dir_fd)
+        try:
+            with os.scandir(fd) as it:
+                for entry in it:
+                    budget.spend(1)
+                    try:
+                        out.append((entry.name, entry.stat(follow_symlinks=False)))
+                    except OSError:
+                        continue
+        finally:
+            os.close(fd)
         out.sort(key=lambda e: e[0])
         return out
+
+    def kind(self, real: str) -> int:
+        """st_mode of a path inside root (links not followed), or 0 if it is not there."""
+        try:
+            return self.lstat(real).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            return 0
 
     # ------------------------------------------------------------ globs
     def expand(self, words: list, budget: _Budget) -> list:
@@ -328,7 +430,7 @@ class Sandbox:
             nxt = []
             for base in found:
                 real = self.locate(base or ".")
-                if not os.path.isdir(real) or os.path.islink(real):
+                if not stat.S_ISDIR(self.kind(real)):
                     continue
                 for name, st in self.entries(real, budget):
                     if name.startswith(".") and not pattern.startswith("."):
@@ -346,8 +448,8 @@ class Sandbox:
     def is_dir(self, path: str) -> bool:
         """Whether a path is a folder inside root, following symlinks only while they stay inside."""
         try:
-            return os.path.isdir(self.locate(path))
-        except (Refused, CmdError):
+            return stat.S_ISDIR(self.kind(self.locate(path)))
+        except (Refused, CmdError, OSError):
             return False
 
 

@@ -12,6 +12,7 @@ exceptions both layers raise and `show`, how a name or text is shown to
 the model, so the sandbox imports this file and not the other way round.
 """
 import fnmatch
+import functools
 import itertools
 import math
 import os
@@ -20,7 +21,11 @@ import stat
 from datetime import datetime, timezone
 
 VIRTUAL_ROOT = "/sandbox"
+LINK_HIDDEN = "[a path that leaves /sandbox; not shown]"  # what ls -l and file show for such a link's target
 MAX_REPEAT_COUNT = 255
+MAX_FACTORS = 16  # variable repetitions in one grep pattern; '.*' four times is already slow on a long line
+MAX_CHOICES = 100_000  # ways a grep pattern's alternatives can be taken; -e x -e y -e z is 3
+MAX_EXPANDED = 10_000  # items of a grep pattern once fixed counts are expanded ({255} of 40 items)
 _CONTROL = {i: "?" for i in list(range(32)) + [127] if i not in (9, 10)}
 
 
@@ -203,8 +208,9 @@ def _cmd_ls(c: Call):
     long, human, every = "l" in opts, "h" in opts, "a" in opts or "A" in opts
 
     def order(items):
-        if "S" in opts:
-            items.sort(key=lambda e: (-_size(e[1]), e[0]))
+        if "S" in opts:  # a link sorts by its size as shown (its target's length), not the host path's
+            items.sort(key=lambda e: (-(len(os.fsencode(c.sb.link_text(e[2]))) if stat.S_ISLNK(e[1].st_mode)
+                                        else _size(e[1])), e[0]))
         elif "t" in opts:
             items.sort(key=lambda e: (-e[1].st_mtime, e[0]))
         else:
@@ -214,22 +220,24 @@ def _cmd_ls(c: Call):
     def line(name, st, real):
         if not long:
             return show(name)
-        size = _human(_size(st)) if human else str(_size(st))
-        tail = f" -> {show(os.readlink(real))}" if stat.S_ISLNK(st.st_mode) else ""
+        target = c.sb.link_text(real) if stat.S_ISLNK(st.st_mode) else None
+        n = len(os.fsencode(target)) if target is not None else _size(st)  # a link's size is its target's length
+        size = _human(n) if human else str(n)
+        tail = f" -> {show(target)}" if target is not None else ""
         return f"{_mode(st)} 1 user user {size:>6} {_when(st)} {show(name)}{tail}"
 
     files, dirs = [], []
     for op in operands:
         real = c.sb.locate(op, follow=False)
         try:
-            st = os.lstat(real)
+            st = c.sb.lstat(real)
         except (FileNotFoundError, NotADirectoryError):
             c.error(f"cannot access '{show(op)}': No such file or directory")
             continue
         if stat.S_ISLNK(st.st_mode) and not long and "d" not in opts:
             real = c.sb.locate(op)  # followed, as GNU ls does; Refused if it leaves root
             try:
-                st = os.lstat(real)
+                st = c.sb.lstat(real)
             except (FileNotFoundError, NotADirectoryError):
                 c.error(f"cannot access '{show(op)}': No such file or directory")
                 continue
@@ -286,7 +294,7 @@ def _cmd_find(c: Call):
             c.fail(f"'{a}' is not supported (predicates are joined by 'and'; use ! or -not to negate one)")
         if a in ("-empty",):
             test = lambda n, p, st, r: (st.st_size == 0 if stat.S_ISREG(st.st_mode)  # noqa: E731
-                                        else stat.S_ISDIR(st.st_mode) and not os.listdir(r))
+                                        else stat.S_ISDIR(st.st_mode) and not c.sb.entries(r, c.budget))
         elif a in ("-name", "-iname", "-path", "-ipath", "-type", "-size", "-maxdepth", "-mindepth", "-newer"):
             if not args:
                 c.fail(f"missing argument to '{a}'")
@@ -308,8 +316,8 @@ def _cmd_find(c: Call):
                 size = _size_test(v, c)
                 test = lambda n, p, st, r, size=size: stat.S_ISREG(st.st_mode) and size(st)  # noqa: E731
             elif a == "-newer":
-                ref = os.stat(c.sb.locate(v)) if os.path.lexists(c.sb.locate(v)) else None
-                if ref is None:
+                ref = c.sb.kind(c.sb.locate(v)) and c.sb.lstat(c.sb.locate(v))
+                if not ref:
                     c.fail(f"'{show(v)}': No such file or directory")
                 test = lambda n, p, st, r, t=ref.st_mtime: st.st_mtime > t  # noqa: E731
             else:
@@ -328,7 +336,7 @@ def _cmd_find(c: Call):
     for start in starts:
         real = c.sb.locate(start)
         try:
-            st = os.lstat(real)
+            st = c.sb.lstat(real)
         except (FileNotFoundError, NotADirectoryError):
             c.error(f"'{show(start)}': No such file or directory")
             continue
@@ -440,8 +448,16 @@ def _translate(pattern: str, extended: bool, c: Call) -> str:
     return "".join(out)
 
 
-def _pattern_factors(py: str, c: Call) -> list:
-    """[(min, max)] of the pattern's variable repetitions; CmdError for exponential shapes."""
+def _pattern_shape(py: str, c: Call):
+    """(factors, choices, weight) of a translated pattern; CmdError for shapes that backtrack exponentially.
+
+    factors: [(min, max)] of its variable repetitions, each counted as often as a fixed count repeats it
+    ((a*){3} is three); choices: how many ways its alternations can be taken, multiplied along a sequence
+    and by a fixed count ((a|aa){40} is 2**40); weight: the items one try from one position can visit, with
+    fixed counts expanded (1 for a plain string, which `re` finds with a linear prefix scan). Refused:
+    a variable repetition of anything that repeats or alternates ((a+)+, (a|b)*), back-references and
+    look-arounds, more than MAX_FACTORS repetitions, more than MAX_CHOICES choices, and fixed counts that
+    expand the pattern past MAX_EXPANDED items."""
     try:
         import re._parser as sre_parse  # Python >= 3.11
     except ImportError:  # pragma: no cover
@@ -451,9 +467,19 @@ def _pattern_factors(py: str, c: Call) -> list:
     except Exception as e:  # re.error, RecursionError, OverflowError
         c.fail(f"invalid pattern ({show(str(e)[:80])})")
     repeats = ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT")
-    factors = []
+
+    def check(factors, choices, size):
+        if len(factors) > MAX_FACTORS:
+            c.fail(f"the pattern has more than {MAX_FACTORS} variable repetitions (counting those a fixed count "
+                   "like {20} repeats); the sandbox refuses it because it can take exponential time")
+        if choices > MAX_CHOICES:
+            c.fail(f"the pattern's alternatives can be taken more than {MAX_CHOICES} ways (like (a|aa){{40}} or "
+                   "(a|aa)(a|aa)...); the sandbox refuses it because it can take exponential time")
+        if size > MAX_EXPANDED:
+            c.fail(f"the pattern's repeat counts expand it past {MAX_EXPANDED} items; use smaller counts")
 
     def walk(items, inside_repeat):
+        factors, choices, size = [], 1, 0
         for op, av in items:
             name = str(op)
             if name in repeats:
@@ -461,29 +487,47 @@ def _pattern_factors(py: str, c: Call) -> list:
                 if inside_repeat and hi != lo:
                     c.fail("the pattern repeats a group that itself repeats or alternates (like (a+)+ or (a|b)*);"
                            " the sandbox refuses it because it can take exponential time")
+                f, ch, sz = walk(sub, inside_repeat or hi != lo)
                 if hi != lo:
                     factors.append((lo, hi))
-                walk(sub, inside_repeat or hi != lo)
+                    size += sz
+                else:  # a fixed count repeats what is inside: its repetitions and its choices
+                    for _ in range(lo):
+                        factors, choices, size = factors + f, choices * ch, size + sz
+                        check(factors, choices, size)
             elif name == "SUBPATTERN":
-                walk(av[-1], inside_repeat)
+                f, ch, sz = walk(av[-1], inside_repeat)
+                factors, choices, size = factors + f, choices * ch, size + sz
             elif name == "BRANCH":
                 if inside_repeat:
                     c.fail("the pattern repeats an alternation (like (a|b)*); the sandbox refuses it because it "
                            "can take exponential time")
+                total = 0
                 for alt in av[1]:
-                    walk(alt, inside_repeat)
+                    f, ch, sz = walk(alt, inside_repeat)
+                    factors, total, size = factors + f, total + ch, size + sz
+                choices *= total
             elif name in ("GROUPREF", "GROUPREF_EXISTS", "ASSERT", "ASSERT_NOT"):
                 c.fail("back-references and look-arounds are not supported")
-    walk(list(tree), False)
-    return factors
+            else:
+                size += 1
+            check(factors, choices, size)
+        return factors, choices, size
+    factors, choices, size = walk(list(tree), False)
+    literal = all(str(op) == "LITERAL" for op, _ in tree)
+    return factors, choices, 1 if literal else max(size, 1)
 
 
 def _grep_matcher(c: Call, patterns: list, opts: dict):
-    """(search(line) -> list of match spans or [], cost(line) -> int)."""
+    """(compiled pattern, cost(line) -> estimated backtracking steps, an upper bound)."""
     fixed, extended, icase = "F" in opts, "E" in opts, "i" in opts
     parts = [re.escape(p) if fixed else _translate(p, extended, c) for p in patterns]
-    factors = [] if fixed else [f for p in parts for f in _pattern_factors(p, c)]
     body = "|".join(f"(?:{p})" for p in parts) if len(parts) > 1 else parts[0]
+    if fixed:  # one string is found by a prefix scan; several are tried in turn from every position
+        factors, choices, weight = [], 1, 1 if len(parts) == 1 and not icase else sum(map(len, patterns)) + 1
+    else:
+        factors, choices, weight = _pattern_shape(body, c)
+        weight = len(body) if weight == 1 and icase else weight  # no prefix scan for an -i string
     if "w" in opts:
         body = rf"(?<!\w)(?:{body})(?!\w)"
     if "x" in opts:
@@ -492,16 +536,22 @@ def _grep_matcher(c: Call, patterns: list, opts: dict):
         rx = re.compile(body, re.IGNORECASE if icase else 0)
     except (re.error, RecursionError, OverflowError) as e:
         c.fail(f"invalid pattern ({show(str(e)[:80])})")
+    k = len(factors)
 
-    def cost(line: str) -> int:
-        # Backtracking over k independent repetitions tries at most ~n**(k+1)/(k+1)! splits of a line
-        # of n characters (measured: '.*.*.*z' on 1,000 characters, 4e10 of these, took 99 s).
-        n = len(line) + 1
-        total = n
+    @functools.lru_cache(maxsize=1024)
+    def cost(n: int) -> int:
+        # A search tries each of the n + 1 start positions; from one, backtracking tries every way the k
+        # repetitions can split what follows, each way once per choice of alternatives, and each try visits
+        # at most `weight` items. The splits from one start are at most the product of the repetitions'
+        # ranges, and over all starts at most C(n + k + 1, k + 1) (k + 1 parts of at most n characters:
+        # about n**(k+1)/(k+1)!; measured: '.*.*.*z' on 1,000 characters, 4e10 of these, took 99 s;
+        # '((a.){255}){100}b', 51,000 items, on 150,000 characters took 23 s).
+        n += 1
+        ranges = 1
         for lo, hi in factors:
-            total *= max(1, min(hi, n) - lo + 1)
-        return total // math.factorial(len(factors) + 1) + n
-    return rx, cost
+            ranges *= max(1, min(hi, n) - lo + 1)
+        return choices * min(n * ranges, math.comb(n + k, k + 1)) * weight + n
+    return rx, lambda line: cost(len(line))
 
 
 def _cmd_grep(c: Call):
@@ -538,7 +588,7 @@ def _cmd_grep(c: Call):
     for op in operands:
         real = c.sb.locate(op)
         try:
-            st = os.lstat(real)
+            st = c.sb.lstat(real)
         except (FileNotFoundError, NotADirectoryError):
             if "s" not in opts:
                 c.error(f"{show(op)}: No such file or directory")
@@ -691,7 +741,7 @@ def _cmd_file(c: Call):
     for op in operands:
         real = c.sb.locate(op, follow=False)
         try:
-            st = os.lstat(real)
+            st = c.sb.lstat(real)
         except (FileNotFoundError, NotADirectoryError):
             out.append(f"{show(op)}: cannot open (No such file or directory)")
             c.errors.append(f"file: {show(op)}: No such file or directory")
@@ -699,7 +749,7 @@ def _cmd_file(c: Call):
         if stat.S_ISDIR(st.st_mode):
             kind = "directory"
         elif stat.S_ISLNK(st.st_mode):
-            kind = f"symbolic link to {show(os.readlink(real))}"
+            kind = f"symbolic link to {show(c.sb.link_text(real))}"
         elif stat.S_ISFIFO(st.st_mode):
             kind = "fifo (named pipe)"
         elif not stat.S_ISREG(st.st_mode):
@@ -741,7 +791,7 @@ def _cmd_du(c: Call):
     for op in operands:
         real = c.sb.locate(op)
         try:
-            st = os.lstat(real)
+            st = c.sb.lstat(real)
         except (FileNotFoundError, NotADirectoryError):
             c.error(f"cannot access '{show(op)}': No such file or directory")
             continue

@@ -12,6 +12,17 @@ never raises. Observation text never carries special-token text: a tool
 result or an error that quotes the model is defanged (`< |im_end|>`), so an
 echoed name cannot forge a turn boundary when the template encodes it.
 
+Sizes. An error observation is at most MAX_ERROR_CHARS whatever the call's
+size (it quotes at most a prefix of a name or a parser message). A tool
+result is cut to RESULT_CHARS_PER_TOKEN * max_context characters, keeping
+its head and its tail around a marker, before the template tokenises it: a
+tool returning megabytes costs a bounded encode, not one of megabytes that
+the context budget then throws away. Text this long cannot fit the context
+anyway: it would need more than 16 characters a token on average, where
+prose and code take about 3.5 (SmolLM2's tokenizer on r1's own source) and
+only long runs of one character (81 spaces or '#' at most in SmolLM2's
+vocabulary) take more.
+
 With `tools=()` and `max_steps=1` the same class is the single-step task.
 
 Rewards: the task's score of the final answer (also kept in the step's info
@@ -33,6 +44,25 @@ ERROR_KINDS = ("empty_response", "special_token", "unclosed_tag", "bad_json", "b
 
 
 MAX_CALL_CHARS = 16_384  # one call's JSON; a calculator call is tens of characters
+MAX_ERROR_CHARS = 1_000  # one error observation; the longest written here is about 200
+RESULT_CHARS_PER_TOKEN = 16  # a tool result's cap is this times max_context characters (see above)
+
+
+def cap_error(text: str) -> str:
+    """An error observation cut to MAX_ERROR_CHARS, saying how much was left out."""
+    if len(text) <= MAX_ERROR_CHARS:
+        return text
+    return f"{text[:MAX_ERROR_CHARS]}... [error cut: {len(text) - MAX_ERROR_CHARS} more characters]"
+
+
+def cap_result(text: str, limit: int) -> str:
+    """A tool result of more than `limit` characters -> its head and tail around a marker (at most
+    `limit` characters of it kept): the head for the append and window policies, the tail for truncate."""
+    if len(text) <= limit:
+        return text
+    head, tail = limit // 2, limit - limit // 2
+    return (f"{text[:head]}\n[tool result cut: {len(text) - limit} characters left out here, more than the "
+            f"context holds]\n{text[len(text) - tail:]}")
 
 
 def parse_tool_calls(text: str, max_calls: int = 8):
@@ -113,18 +143,19 @@ class ToolEnv(Env):
             tool = self.tool_fns.get(name)
             if tool is None:
                 info["errors"].append("unknown_tool")
-                text = f"error: unknown tool {name[:40]!r}; available: {', '.join(self.tool_fns)}"
+                text = cap_error(f"error: unknown tool {name[:40]!r}; available: {', '.join(self.tool_fns)}")
             elif (problem := validate_arguments(tool.schema["function"]["parameters"], args)) is not None:
                 info["errors"].append("bad_arguments")
-                text = f"error: {problem}"
+                text = cap_error(f"error: {problem}")
             else:
                 out = tool(args)
                 if not out.ok:
                     info["errors"].append("tool_error")
-                text = out.text
+                text = cap_result(out.text, RESULT_CHARS_PER_TOKEN * self.max_context)
             results.append({"role": "tool", "name": self.defang(name[:40]), "content": self.defang(text)})
         for kind, message in errors:
-            results.append({"role": "tool", "name": "error", "content": self.defang(f"error ({kind}): {message}")})
+            results.append({"role": "tool", "name": "error",
+                            "content": self.defang(cap_error(f"error ({kind}): {message}"))})
         reward = self.rubric(self, action, info)
         if self.t >= self.max_steps:
             info["reason"] = "max_steps"

@@ -264,11 +264,18 @@ class Tool:
         try:
             result = self.fn(**arguments)
         except Exception as e:  # the model's bad call is an observation, not a crashed batch
-            return ToolResult(f"error: {self.name} failed: {type(e).__name__}: {e}", ok=False)
+            # The exception's text may quote the arguments (a 16 KB string): a bounded prefix of it.
+            text = str(e)
+            if len(text) > MAX_QUOTE:
+                text = f"{text[:MAX_QUOTE]}... ({len(text) - MAX_QUOTE} more characters)"
+            return ToolResult(f"error: {self.name} failed: {type(e).__name__}: {text}", ok=False)
         if not isinstance(result, ToolResult):
             raise TypeError(f"tool {self.name!r} returned {type(result).__name__}, expected ToolResult")
         return result
 
+
+MAX_PROBLEMS = 4  # argument problems named in one error; the rest are counted
+MAX_QUOTE = 200  # characters of an exception's text quoted in a tool's error
 
 _JSON_TYPES = {"string": "a string", "number": "a number", "integer": "an integer", "boolean": "a boolean"}
 
@@ -301,7 +308,8 @@ def validate_arguments(schema: dict, arguments: dict) -> str | None:
     The subset: an object with properties of type string/number/integer/boolean
     (optionally an enum), `required`, and no other keys unless
     additionalProperties is true. Messages name keys and types, never values,
-    so a 1 MB argument cannot become a 1 MB observation.
+    so a 1 MB argument cannot become a 1 MB observation; at most MAX_PROBLEMS
+    are named (the rest counted), so neither can 3,000 unexpected keys.
     """
     _check_parameters(schema, "parameters schema")
     if not isinstance(arguments, dict):
@@ -321,6 +329,8 @@ def validate_arguments(schema: dict, arguments: dict) -> str | None:
             problems.append(f"argument {key!r} must be {_JSON_TYPES[want]}, got {type(value).__name__}")
         elif "enum" in properties[key] and value not in properties[key]["enum"]:
             problems.append(f"argument {key!r} must be one of {properties[key]['enum']}")
+    if len(problems) > MAX_PROBLEMS:
+        problems = problems[:MAX_PROBLEMS] + [f"and {len(problems) - MAX_PROBLEMS} more problems"]
     return "; ".join(problems) if problems else None
 
 
