@@ -304,3 +304,14 @@ def test_ls_l_and_file_never_print_a_host_path(tmp_path):
     assert line.split()[4] == str(len("docs/notes.md"))
     line = next(x for x in ls.splitlines() if "abs_out" in x)
     assert line.split()[4] == str(len(LINK_HIDDEN))
+
+
+def test_grep_m_0_prints_no_match(tmp_path):
+    """393649a: `grep -m 0` printed the first match (the count was checked after a line was taken)."""
+    from r1.envs.cli import Sandbox
+
+    (tmp_path / "f.txt").write_text("abc\nabd\n")
+    sb = Sandbox(str(tmp_path))
+    assert sb.run("grep -m 0 ab f.txt").text == "(no output)"
+    assert sb.run("grep -m 1 ab f.txt").text == "abc"
+    assert sb.run("grep -c -m 0 ab f.txt").text == "0"

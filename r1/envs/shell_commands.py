@@ -624,6 +624,8 @@ def _cmd_grep(c: Call):
         binary = _binary(data)
         count, hits = 0, []
         for number, line in enumerate(_lines(text), start=1):
+            if max_count is not None and count >= max_count:  # at the top: -m 0 reads no line, as GNU grep
+                break
             c.budget.spend(1, regex=cost(line))
             spans = [m for m in rx.finditer(line)] if "o" in opts else None
             found = bool(spans) if spans is not None else rx.search(line) is not None
@@ -636,8 +638,6 @@ def _cmd_grep(c: Call):
                     hits += [prefix + m.group(0) for m in spans if m.group(0)]
                 else:
                     hits.append(prefix + line)
-            if max_count is not None and count >= max_count:
-                break
         if "l" in opts:
             out += [name] if count else []
         elif "L" in opts:
