@@ -12,8 +12,8 @@ Exit codes (the same for eval.py): 0 done; 2 a user error found at start
 config: one `error:` line, nothing written); 130 stopped with Ctrl-C (one
 line saying which iteration the run resumes from, and the command); 1 a
 failure during training (one `error:` line for a full disk, a checkpoint that
-could not be written or a policy whose every sample is NaN; other failures
-keep their traceback).
+could not be written, a policy whose every sample is NaN or a task's env
+whose reset() raised; other failures keep their traceback).
 """
 import argparse
 import functools
@@ -113,11 +113,12 @@ def main(argv=None):
 def _one_line_failure(e) -> bool:
     from r1.atomic import describe_os_error
     from r1.checkpoint import CheckpointError
+    from r1.tasks.registry import TaskError
     from r1.trainer import TrainingStopped
 
     if isinstance(e, OSError):
         return describe_os_error(e) == "no space left on device"
-    return isinstance(e, (CheckpointError, TrainingStopped))
+    return isinstance(e, (CheckpointError, TrainingStopped, TaskError))  # TaskError: the task's env raised
 
 
 def _listing(d: str):
