@@ -304,3 +304,30 @@ def test_ppo_as_an_advantage_points_to_step_gae():
 
     with pytest.raises(ConfigError, match="for PPO use step_gae"):
         load_config(SMOKE, ["algo.advantage=ppo"])
+
+
+def test_plot_ticks_iterations_as_whole_numbers(tmp_path, monkeypatch):
+    import json
+
+    import matplotlib.figure
+
+    from r1 import plot
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"iter": i, "reward_mean": 0.1 * i}) + "\n" for i in (1, 2, 3)))
+    seen = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: seen.append(fig))
+    plot.plot([str(run)], ["reward_mean"], str(tmp_path / "p.png"))
+    ticks = [t for t in seen[0].axes[0].get_xticks() if 1 <= t <= 3]
+    assert ticks and all(float(t).is_integer() for t in ticks)
+
+
+def test_trajectory_show_says_how_the_uid_counts(tmp_path, capsys):
+    from r1 import trajectory
+
+    t = trajectory.Trajectory("2-0-0", 0, "s0", [], "answered", {})
+    trajectory.save([t], trajectory.iter_path(str(tmp_path), 3))
+    trajectory.main(["show", str(tmp_path), "--iter", "3", "--index", "0", "--ids"])
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("iteration 3 (--iter counts from 1; the uid 2-0-0 is <iteration - 1>-<group>-<sample>)")
