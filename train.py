@@ -98,6 +98,12 @@ def main(argv=None):
         fail(e)
     if int(os.environ.get("RANK", "0")) == 0:  # the resolved config goes to run.dir/config.yaml, not here
         print(header(cfg, a.config), flush=True)
+    try:
+        from r1.run import check_paths
+
+        check_paths(cfg)  # a missing model or data path names its key before any other line
+    except ConfigError as e:
+        fail(e)
     before = _listing(cfg.run.dir)
     try:
         run(cfg, a)

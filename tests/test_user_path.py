@@ -331,3 +331,14 @@ def test_trajectory_show_says_how_the_uid_counts(tmp_path, capsys):
     trajectory.main(["show", str(tmp_path), "--iter", "3", "--index", "0", "--ids"])
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith("iteration 3 (--iter counts from 1; the uid 2-0-0 is <iteration - 1>-<group>-<sample>)")
+
+
+def test_a_missing_model_path_comes_before_the_sft_line(tmp_path, capsys):
+    import train
+
+    with pytest.raises(SystemExit) as e:
+        train.main(["--config", SMOKE, *TINY, f"run.dir={tmp_path / 'r'}", "train.sft_steps=2",
+                    "model.path=smollm2-135m"])
+    assert e.value.code == 2
+    out, err = capsys.readouterr()
+    assert "SFT warm-up" not in out and "did you mean smollm2-135m-instruct?" in err
