@@ -342,3 +342,13 @@ def test_a_missing_model_path_comes_before_the_sft_line(tmp_path, capsys):
     assert e.value.code == 2
     out, err = capsys.readouterr()
     assert "SFT warm-up" not in out and "did you mean smollm2-135m-instruct?" in err
+
+
+def test_eval_slots_do_not_exceed_the_rows_it_plays(tmp_path, capsys):
+    """smoke.yaml's test split has 8 rows: eval.limit=100 sizes 8 slots, not 100."""
+    import eval as ev
+
+    ev.main(["--config", SMOKE, "rollout.max_new_tokens=4", "eval.limit=100", f"eval.out={tmp_path / 'e'}"])
+    out = capsys.readouterr().out
+    assert "kv cache 0.0 GiB (8 slots x" in out
+    assert '"n": 8' in out.splitlines()[-1]
