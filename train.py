@@ -10,7 +10,8 @@ trainer does not import) and logs the starting policy's as iteration 0.
 Exit codes (the same for eval.py): 0 done; 2 a user error found at start
 (config, paths, data, model, a run folder in the way or resumed with another
 config: one `error:` line, nothing written); 130 stopped with Ctrl-C (one
-line saying which iteration the run resumes from, and the command); 1 a
+line saying which iteration the run resumes after, and the command; before
+the first checkpoint, what the command created is removed); 1 a
 failure during training (one `error:` line for a full disk, a checkpoint that
 could not be written, a policy whose every sample is NaN or a task's env
 whose reset() raised; other failures keep their traceback).
