@@ -124,10 +124,10 @@ def test_the_estimator_and_loss_of_docs_tasks_md_train(added, tmp_path, tok_dir)
                               "algo.advantage=outcome_sign", "algo.policy_loss=plain_ppo", "algo.kl_coef=0",
                               "algo.entropy_coef=0", "log.tensorboard=false", "log.trajectories=false"])
     trainer = Trainer(cfg)
-    assert trainer.critic is None
+    assert trainer.learner.critic is None
     trainer.rollout = lambda it: hand_trajs(append_only=False)
     m = trainer.iteration(0)
-    grads = [p.grad for p in trainer.policy.parameters() if p.grad is not None]
+    grads = [p.grad for p in trainer.learner.policy.parameters() if p.grad is not None]
     assert grads and all(torch.isfinite(g).all() for g in grads)
     assert m["skipped_updates"] == 0 and "clip_frac" in m
 
