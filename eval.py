@@ -1,7 +1,9 @@
 """Evaluate a model on a task split: `python eval.py --config X model.path=... eval.limit=N`.
 
 model.path may be an HF folder, a .gguf, the short name, or a run folder
-(its hf/ export is used). No trainer is built: an actor alone (r1/actor.py
+(its hf/ export is used; a run without one is a one-line error that says
+how to export it, and an hf/ older than the run's latest checkpoint is used
+with a one-line warning). No trainer is built: an actor alone (r1/actor.py
 `standalone`: the model in the rollout dtype and its generator) plays the
 episodes of r1/evaluate.py. Prints one final JSON line with accuracy, n,
 mean_turns, mean_tool_calls, malformed_rate, mean_response_len (and
@@ -28,8 +30,10 @@ def main(argv=None):
     except ConfigError as e:
         sys.exit(f"error: {e}")
     path = cfg.model.path
-    if os.path.isdir(os.path.join(path, "hf")):
-        cfg.model.path = os.path.join(path, "hf")
+    try:
+        cfg.model.path = run_export(path)
+    except ConfigError as e:
+        sys.exit(f"error: {e}")
     out = cfg.eval.out or os.path.join("runs", f"eval-{time.strftime('%Y%m%d-%H%M%S')}")
     if os.path.exists(out) and os.listdir(out):
         sys.exit(f"error: eval.out {out} exists and is not empty (nothing was overwritten)")
@@ -39,13 +43,18 @@ def main(argv=None):
     cfg.log.tensorboard = cfg.log.progress = False
     from r1.actor import standalone
     from r1.evaluate import evaluate
-    from r1.run import check_run_dir
+    from r1.run import check_paths, check_run_dir
     from r1.tasks.data import load_rows
+    from r1.tasks.registry import TaskError, check_reset
 
     try:
         check_run_dir(cfg)  # eval.out can be written (its parent exists or can be made, and is writable)
-        actor = standalone(cfg)
+        check_paths(cfg)
         rows = load_rows(cfg, cfg.eval.split)
+        # no more slots than episodes to play (16 test rows with eval.limit=100: 16 slots, not 100)
+        cfg.eval.limit = min(cfg.eval.limit or len(rows), len(rows))
+        actor = standalone(cfg)
+        check_reset(cfg, actor.tok, rows)
     except USER_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
@@ -54,6 +63,9 @@ def main(argv=None):
         sys.exit(130)
     try:
         res = evaluate(actor, rows, cfg, out_dir=out)
+    except TaskError as e:  # a task's env raised mid-run: one line naming the task, the row and its file:line
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
     except KeyboardInterrupt:
         print(f"interrupted: no results were written to {out}", file=sys.stderr)
         sys.exit(130)
@@ -65,6 +77,37 @@ def main(argv=None):
         print(f"wrote {os.path.join(out, 'eval.json')} and the greedy episodes, "
               f"{os.path.join(out, 'eval_trajectories.jsonl.gz')}", file=sys.stderr, flush=True)
         print(json.dumps(res), flush=True)
+
+
+def run_export(path: str) -> str:
+    """model.path as eval loads it: a run folder's hf/ export (one warning line when the run has a checkpoint
+    newer than it), or the path itself. A run folder without hf/ (stopped before its end) is a ConfigError
+    that says how to get one."""
+    from r1 import checkpoint
+
+    if not os.path.isdir(path):
+        return path
+    hf, last = os.path.join(path, "hf"), checkpoint.latest(path)
+    resume = "python train.py --config {}/config.yaml run.dir={} run.resume=true train.steps={}"
+    if os.path.isdir(hf):
+        if last and os.path.getmtime(last) > os.path.getmtime(hf):
+            it = int(os.path.basename(last).rpartition("_")[2])
+            print(f"warning: {hf} is older than {path}'s latest checkpoint ({os.path.basename(last)}): evaluating "
+                  f"the older export; to export the latest: {resume.format(path, path, it)}", file=sys.stderr)
+        return hf
+    if os.path.isfile(os.path.join(path, "config.json")) or not os.path.isfile(os.path.join(path, "config.yaml")):
+        return path  # an HF folder (or not a run: the loader says what is wrong)
+    if last:
+        it = int(os.path.basename(last).rpartition("_")[2])
+        raise ConfigError(f"model.path={path} is a run with no hf/ export yet (stopped after iteration {it}, before "
+                          f"its end); export it by resuming the run, which exports at its end: "
+                          f"{resume.format(path, path, it)}")
+    sft = os.path.join(path, "sft", "hf")
+    if os.path.isdir(sft):
+        raise ConfigError(f"model.path={path} is a run with no hf/ export yet (its RL phase has no checkpoint); "
+                          f"its SFT phase's export is {sft} (model.path={sft})")
+    raise ConfigError(f"model.path={path} is a run folder with no hf/ export and no checkpoint (stopped before its "
+                      f"first); run it again, or resume it with run.resume=true until it finishes")
 
 
 if __name__ == "__main__":

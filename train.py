@@ -10,10 +10,11 @@ trainer does not import) and logs the starting policy's as iteration 0.
 Exit codes (the same for eval.py): 0 done; 2 a user error found at start
 (config, paths, data, model, a run folder in the way or resumed with another
 config: one `error:` line, nothing written); 130 stopped with Ctrl-C (one
-line saying which iteration the run resumes from, and the command); 1 a
+line saying which iteration the run resumes after, and the command; before
+the first checkpoint, what the command created is removed); 1 a
 failure during training (one `error:` line for a full disk, a checkpoint that
-could not be written or a policy whose every sample is NaN; other failures
-keep their traceback).
+could not be written, a policy whose every sample is NaN or a task's env
+whose reset() raised; other failures keep their traceback).
 """
 import argparse
 import functools
@@ -23,7 +24,7 @@ import shutil
 import shlex
 import sys
 
-from r1.config import USER_ERRORS, ConfigError, describe, dump, load_config, run_main
+from r1.config import USER_ERRORS, ConfigError, describe, header, load_config, run_main
 
 
 def sft_phase(cfg):
@@ -81,23 +82,34 @@ def fail(e):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", action="append", help="YAML config file; repeat to layer files (e.g. a base config, then an ablation)")
-    p.add_argument("--keys", action="store_true", help="list every config key with its default and meaning")
+    p.add_argument("--keys", nargs="?", const="", metavar="SECTION",
+                   help="list every config key (or one section's, e.g. --keys algo) with its default and meaning")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. train.steps=4 algo.advantage=grpo")
     a = p.parse_args(argv)
     a.argv = list(sys.argv[1:] if argv is None else argv)
-    if a.keys:
-        print(describe())
+    if a.keys is not None:
+        try:
+            print(describe(a.keys))
+        except ConfigError as e:
+            fail(e)
         return
     try:
         cfg = load_config(a.config, a.overrides)
     except ConfigError as e:
         fail(e)
-    if int(os.environ.get("RANK", "0")) == 0:
-        print(dump(cfg), flush=True)
+    if int(os.environ.get("RANK", "0")) == 0:  # the resolved config goes to run.dir/config.yaml, not here
+        print(header(cfg, a.config), flush=True)
+    try:
+        from r1.run import check_paths
+
+        check_paths(cfg)  # a missing model or data path names its key before any other line
+    except ConfigError as e:
+        fail(e)
+    before = _listing(cfg.run.dir)
     try:
         run(cfg, a)
     except KeyboardInterrupt:
-        sys.exit(_interrupted(cfg, a))
+        sys.exit(_interrupted(cfg, a, before))
     except Exception as e:  # noqa: BLE001 - the known failures of a run get one line, the rest their traceback
         if not _one_line_failure(e):
             raise
@@ -108,29 +120,70 @@ def main(argv=None):
 def _one_line_failure(e) -> bool:
     from r1.atomic import describe_os_error
     from r1.checkpoint import CheckpointError
+    from r1.tasks.registry import TaskError
     from r1.trainer import TrainingStopped
 
     if isinstance(e, OSError):
         return describe_os_error(e) == "no space left on device"
-    return isinstance(e, (CheckpointError, TrainingStopped))
+    return isinstance(e, (CheckpointError, TrainingStopped, TaskError))  # TaskError: the task's env raised
 
 
-def _interrupted(cfg, a) -> int:
-    """Ctrl-C: one line saying what is kept and how to go on; no traceback. Exit status 130."""
+def _listing(d: str):
+    """The names in run.dir before this command touched it (None: there was no such folder)."""
+    return set(os.listdir(d)) if os.path.isdir(d) else None
+
+
+def _interrupted(cfg, a, before) -> int:
+    """Ctrl-C: one line saying what is kept and how to go on; no traceback. Exit status 130.
+
+    Before the first checkpoint (RL's, or the SFT phase's) there is nothing to resume: what this command
+    created in run.dir is removed (a folder or file that was there before it started is never touched), so
+    the same command starts over; a finished SFT phase stays and run.resume=true starts RL from it."""
     from r1 import checkpoint
+    from r1.sft import warmup_done
 
-    if int(os.environ.get("RANK", "0")) == 0:
-        last = checkpoint.latest(cfg.run.dir)
-        sft = None if last else checkpoint.latest(os.path.join(cfg.run.dir, "sft"))
-        args = shlex.join(x for x in a.argv if not x.startswith("run.resume="))
-        if last is None and sft is None:
-            print(f"interrupted before any checkpoint of {cfg.run.dir} was written; nothing to resume", file=sys.stderr)
-        else:
+    if int(os.environ.get("RANK", "0")) != 0:
+        return 130
+    d = cfg.run.dir
+    last = checkpoint.latest(d)
+    sft_dir = os.path.join(d, "sft")
+    sft = None if last else checkpoint.latest(sft_dir)
+    sft_kept = bool(sft) or (cfg.train.stage == "rl" and warmup_done(d))
+    args = shlex.join(x for x in a.argv if not x.startswith("run.resume="))
+    if last is not None or sft_kept:
+        if last or sft:
             it = int(os.path.basename(last or sft).split("_")[1])
-            where = f"iteration {it}" if last else f"SFT step {it}"
-            print(f"interrupted: {cfg.run.dir} resumes from {where} with: python train.py {args} run.resume=true",
-                  file=sys.stderr, flush=True)
+            where = f"after iteration {it}" if last else f"after SFT step {it}"  # the step its checkpoint holds
+        else:
+            where = "the finished SFT phase (RL starts from its policy)"
+        if not last:
+            _remove_new(d, before, keep={"sft"})
+        print(f"interrupted: {d} resumes {where} with: python train.py {args} run.resume=true",
+              file=sys.stderr, flush=True)
+        return 130
+    removed = _remove_new(d, before)
+    if before is None or removed:
+        print(f"interrupted before the first checkpoint: nothing to resume, so {d} was removed "
+              f"(what this command created); run the same command to start again", file=sys.stderr, flush=True)
+    else:
+        print(f"interrupted before the first checkpoint: nothing to resume; {d} held files before this command "
+              f"and was left as it was", file=sys.stderr, flush=True)
     return 130
+
+
+def _remove_new(d: str, before, keep=()) -> bool:
+    """Remove what this command created in run.dir (names not in `before`, except `keep`), and run.dir itself
+    when this command created it and nothing else is left. True when something was removed."""
+    if not os.path.isdir(d):
+        return False
+    new = set(os.listdir(d)) - (before or set()) - set(keep)
+    for name in new:
+        p = os.path.join(d, name)
+        shutil.rmtree(p, ignore_errors=True) if os.path.isdir(p) and not os.path.islink(p) else os.remove(p)
+    if before is None and not os.listdir(d):
+        os.rmdir(d)
+        return True
+    return bool(new)
 
 
 def run(cfg, a):
@@ -177,7 +230,7 @@ def run(cfg, a):
     if job.d.main:
         from r1.summary import summarize_run
 
-        print("\n" + "\n".join(summarize_run(cfg.run.dir, a.config[-1] if a.config else None)), flush=True)
+        print("\n" + "\n".join(summarize_run(cfg.run.dir)), flush=True)  # hints on run.dir/config.yaml
 
 
 def eval_before(job, evaluation):

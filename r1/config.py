@@ -109,11 +109,13 @@ class Data:
     """The task's data: for gsm8k/gsm8k_tool a folder (train/test .jsonl, .jsonl.gz or the HF parquet layout);
     None = the copy shipped in data/gsm8k. Unused by synthetic."""
     level: int = 1
-    """Synthetic task difficulty (1 = one operation ... higher = more chained steps)."""
+    """Task difficulty, for tasks that have levels (synthetic: 1 = one operation ... higher = more chained steps;
+    cli: 1 to 3, deeper trees and two-step requests; a task's own `max_level` bounds it; GSM8K has none)."""
     train_size: int = 2000
-    """Synthetic: number of generated training problems. GSM8K: cap on rows used (0 = all)."""
+    """Training rows: generated tasks (synthetic, cli, your own) make this many; GSM8K: a cap on rows used
+    (0 = all)."""
     test_size: int = 200
-    """Synthetic: number of generated held-out problems."""
+    """Held-out rows that generated tasks (synthetic, cli, your own) make; GSM8K's test split is fixed."""
     val_size: int = 0
     """A validation split carved from the task's train rows: this many rows (a fixed choice, the same for every
     run.seed) are never trained on (RL or SFT) and form the split `val` (eval.split=val). Tune on it; keep
@@ -327,6 +329,10 @@ CHOICES = {
     "algo.kl_estimator": ["k1", "k2", "k3"], "train.stage": ["rl", "sft"], "train.schedule": ["constant", "cosine"],
     "train.activation_checkpointing": ["auto", "true", "false"],
 }
+# Names a reader brings from elsewhere for a choice key, and what to write instead.
+ALIASES = {"algo.advantage": {"ppo": "for PPO use step_gae: step-level GAE with a critic; token_gae is the "
+                                     "token-level one"}}
+
 # Integer keys where `auto` is accepted and stored as 0 (the memory plan then picks the value).
 AUTO_ZERO = ("rollout.slots", "train.micro_tokens", "rollout.sync_every")
 
@@ -480,7 +486,8 @@ def _coerce(key: str, value, tp, where: str, text: bool = False):
             raise bad
         if key in CHOICES and value not in CHOICES[key]:
             close = difflib.get_close_matches(value, list(CHOICES[key]), n=3, cutoff=0.5)
-            hint = f" (closest: {', '.join(close)})" if close else ""
+            alias = ALIASES.get(key, {}).get(value.lower())
+            hint = f" ({alias})" if alias else f" (closest: {', '.join(close)})" if close else ""
             raise ConfigError(f"config key '{key}'{where} must be one of {', '.join(CHOICES[key])}; "
                               f"got {value!r:.80}{hint}")
         return value
@@ -768,16 +775,45 @@ def save(cfg: Config, path: str):
     os.replace(tmp, path)
 
 
-def describe() -> str:
-    """Every key with its default and docstring (for --help)."""
+def describe(section: str = "") -> str:
+    """Every key (or one section's) with its default, written as in a YAML file, and its docstring (--keys)."""
+    names = [s.name for s in dataclasses.fields(Config)]
+    if section and section not in names:
+        close = difflib.get_close_matches(section, names, n=1, cutoff=0.5)
+        raise ConfigError(f"--keys {section}: no such section (sections: {', '.join(names)})"
+                          + (f"; did you mean {close[0]}?" if close else ""))
     lines = []
     for s in dataclasses.fields(Config):
+        if section and s.name != section:
+            continue
         docs = _field_docs(s.type)
         lines.append(f"{s.name}:")
         for f in dataclasses.fields(s.type):
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-            lines.append(f"  {s.name}.{f.name} = {default!r}  # {docs.get(f.name, '')}")
+            key = f"{s.name}.{f.name}"
+            shown = "auto" if key in AUTO_ZERO and default == 0 else _yaml_value(default)
+            lines.append(f"  {key} = {shown}  # {docs.get(f.name, '')}")
     return "\n".join(lines)
+
+
+def _yaml_value(v) -> str:
+    """A default as a YAML file or an override writes it: null, true, 1.0e-06, [a, b]."""
+    text = yaml.safe_dump(v, default_flow_style=True, width=1000).strip()
+    return text[:-4].strip() if text.endswith("\n...") else text
+
+
+def header(cfg: Config, files) -> str:
+    """The few lines a run starts with (the whole resolved config is saved as run.dir/config.yaml)."""
+    t = cfg.train
+    if t.stage == "sft":
+        steps = f"SFT {t.steps} steps x {t.sft_batch} chats"
+    else:
+        steps = (f"SFT {t.sft_steps} steps x {t.sft_batch} chats, then " if t.sft_steps else "") + \
+                f"RL {t.steps} iterations x {cfg.rollout.prompts * cfg.rollout.n} episodes"
+    algo = "sft" if t.stage == "sft" else f"{cfg.algo.advantage} ({cfg.algo.policy_loss})"
+    return (f"config: {', '.join(files) if files else '(defaults)'}; run.dir {cfg.run.dir} "
+            f"(resolved config saved there as config.yaml)\n"
+            f"task {cfg.data.task}; model {cfg.model.path}; algorithm {algo}; {steps}")
 
 
 def _field_docs(cls) -> dict:

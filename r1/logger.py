@@ -40,6 +40,28 @@ def read_back(path: str, upto: int) -> list:
             keep.append(line + "\n")
     return keep
 
+CPU_COST_LINE_S = 20 * 60  # a run estimated to take longer than this on a CPU says so after its first step
+
+
+def duration(seconds: float) -> str:
+    """'2 h 6 min', '14 min', '40 s'."""
+    s = int(round(seconds))
+    if s >= 3600:
+        return f"{s // 3600} h {s % 3600 // 60} min"
+    return f"{s // 60} min" if s >= 60 else f"{s} s"
+
+
+def cpu_cost_line(kind: str, first: int, took: float, total: int, device_type: str,
+                  threshold: float = CPU_COST_LINE_S) -> str | None:
+    """The line a CPU run prints after its first `kind` (an SFT step, an RL iteration) of this session: the
+    measured time and the estimate for the `total` it has to run; None on a GPU or when the estimate is
+    under `threshold` seconds. `first` is the 1-based number of that step."""
+    if device_type != "cpu" or total <= 0 or took * total <= threshold:
+        return None
+    return (f"cpu: {kind} {first} took {took:.1f} s; {total} {kind}s \u2248 {duration(took * total)} "
+            f"(a GPU is advised for this config; README, Running, has CPU-sized commands)")
+
+
 try:
     from tqdm import tqdm
 except ImportError:  # pragma: no cover
@@ -47,7 +69,8 @@ except ImportError:  # pragma: no cover
 
 
 class Logger:
-    def __init__(self, run_dir: str, enabled: bool, tensorboard: bool, progress: bool, total: int, start: int = 0):
+    def __init__(self, run_dir: str, enabled: bool, tensorboard: bool, progress: bool, total: int, start: int = 0,
+                 desc: str = "iter", postfix=("reward_mean", "accuracy", "loss")):
         self.enabled = enabled
         self.path = os.path.join(run_dir, "metrics.jsonl")
         self.tb = self.bar = None
@@ -60,7 +83,8 @@ class Logger:
 
             self.tb = SummaryWriter(os.path.join(run_dir, "tb"), purge_step=start + 1 if start else None)
         if progress and tqdm is not None:
-            self.bar = tqdm(total=total, initial=start, desc="iter", dynamic_ncols=True)
+            self.bar = tqdm(total=total, initial=start, desc=desc, dynamic_ncols=True)
+        self.postfix = postfix  # the metrics the bar shows
 
     def log(self, it: int, metrics: dict):
         if not self.enabled:
@@ -92,8 +116,17 @@ class Logger:
             self.tb.flush()
         if self.bar is not None:
             self.bar.update(1)
-            short = {k: clean[k] for k in ("reward_mean", "accuracy", "loss") if isinstance(clean.get(k), float)}
+            short = {k: clean[k] for k in self.postfix if isinstance(clean.get(k), float)}
             self.bar.set_postfix({k: f"{v:.3f}" for k, v in short.items()})
+
+    def say(self, line: str):
+        """A line of text that does not break the progress bar."""
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.write(line)
+        else:
+            print(line, flush=True)
 
     def close(self):
         if self.bar is not None:

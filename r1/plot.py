@@ -72,6 +72,7 @@ def plot(runs: list, keys: list, out: str, smooth: int = 1):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 3.6), squeeze=False)
     for ax, key in zip(axes[0], keys):
@@ -85,6 +86,7 @@ def plot(runs: list, keys: list, out: str, smooth: int = 1):
                     ax.plot(x, moving_average(y, smooth), color=line.get_color(), label=f"{name} (mean of {smooth})")
         ax.set_title(key)
         ax.set_xlabel("iteration")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # iterations are whole numbers: no 1.25 ticks
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()

@@ -84,7 +84,13 @@ class AgentEnvLoop:
         uid = f"{uid_prefix}{g}-{i}"
         env = self.make_env()
         traj = Trajectory(uid, g, str(s.get("id", g)), meta={"answer": s.get("answer")})
-        prompt, reason = env.first_prompt(env.reset(s))
+        try:
+            prompt, reason = env.first_prompt(env.reset(s))
+        except Exception as e:  # noqa: BLE001 - the task's code: one line naming it, the row and its file:line
+            from r1.tasks.registry import task_error
+
+            env.close()
+            raise task_error(getattr(self.make_env, "task", type(env).__name__), "its env's reset()", s, e) from None
         if prompt is None:
             traj.termination = reason
             self.done.append(traj)

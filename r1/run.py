@@ -88,6 +88,32 @@ def config_changes(cfg: Config, saved_path: str, free=RESUME_FREE) -> list:
     return out
 
 
+def check_paths(cfg: Config):
+    """The config's paths exist, before anything is loaded: one line naming the key, with the closest short
+    model names (`smollm2-135m` -> smollm2-135m-instruct) for a model key."""
+    import difflib
+
+    from r1.weights import SHORT_NAMES
+
+    keys = [("model.path", cfg.model.path), ("model.tokenizer", cfg.model.tokenizer),
+            ("model.critic_path", cfg.model.critic_path), ("model.ref_path", cfg.model.ref_path),
+            ("data.path", cfg.data.path)]
+    for key, value in keys:
+        if not value or (key == "model.path" and value == "tiny") or (key != "data.path" and value in SHORT_NAMES):
+            continue
+        if os.path.exists(os.path.expanduser(value)):
+            continue
+        hint = ""
+        if key.startswith("model."):
+            close = difflib.get_close_matches(value, list(SHORT_NAMES) + (["tiny"] if key == "model.path" else []),
+                                              n=2, cutoff=0.5)
+            close += [n for n in SHORT_NAMES if value.lower() in n and n not in close]
+            names = ", ".join(list(SHORT_NAMES) + (["tiny"] if key == "model.path" else []))
+            hint = (f"; did you mean {' or '.join(close)}?" if close else "") + \
+                   f" (a model key takes an HF folder, a .gguf file or a short name: {names})"
+        raise ConfigError(f"config key {key}={value}: not found{hint}")
+
+
 def check_run_dir(cfg: Config):
     """Refuse to overwrite a run, or to resume it as something else. Every rank checks before any rank writes
     (see create_run_dir); nothing here writes."""

@@ -19,12 +19,12 @@ import torch
 from r1 import checkpoint, disk, distributed, memory
 from r1.config import ConfigError
 from r1.identity import run_identity
-from r1.logger import Logger
+from r1.logger import Logger, cpu_cost_line
 from r1.packing import split_by_tokens
 from r1.envs.tools import get_tool
 from r1.tasks.data import epoch_order, load_rows
-from r1.tasks.registry import get_task, task_tools
-from r1.run import build_model, check_run_dir, create_run_dir, lr_lambda, run_tokenizer
+from r1.tasks.registry import check_reset, get_task, task_tools
+from r1.run import build_model, check_paths, check_run_dir, create_run_dir, lr_lambda, run_tokenizer
 
 DONE = "done"  # written after hf/: the SFT phase of an RL run is complete
 
@@ -108,8 +108,12 @@ def setup_sft(cfg, then_rl=None) -> dict:
     here too (memory and disk), so an RL phase that cannot fit is refused before the SFT phase spends any time."""
     d = distributed.init(cfg.run.device)
     check_run_dir(cfg)
+    check_paths(cfg)  # a missing model or data path names its key before anything loads
     torch.manual_seed(cfg.run.seed)
     tok = run_tokenizer(cfg)
+    rows = load_rows(cfg, "train")  # the data before the plans: a bad data.path is the first word
+    if then_rl is not None:  # the RL phase's env, on its first row: a reset() that raises is found before SFT runs
+        check_reset(then_rl, tok, rows)
     model = build_model(cfg.model.path, cfg, tok, d.device, seed=cfg.run.seed)
     mcfg = model.cfg
     plan = memory.plan_for(cfg, mcfg, d)  # auto micro_tokens/checkpointing, or refuse in one line
@@ -118,7 +122,6 @@ def setup_sft(cfg, then_rl=None) -> dict:
     disk.plan_for(cfg, mcfg, d, then_rl, warmup_config)  # room for both phases' checkpoints and exports, or refuse
     model = distributed.parallelize(model, d, plan.checkpointing)
     tools = tool_schemas(cfg)
-    rows = load_rows(cfg, "train")
     examples = [expert_example(tok, m, tools) for m in expert_chats(cfg, rows, tools)]
     fits = [e for e in examples if len(e[0]) <= cfg.env.max_context]
     if not fits:  # before run.dir exists: nothing is written
@@ -140,7 +143,8 @@ def train_sft(s: dict):
     start = 0
     if cfg.run.resume and checkpoint.latest(cfg.run.dir):
         start = int(checkpoint.load(checkpoint.latest(cfg.run.dir), models, optims, scheds, d)["iteration"])
-    log = Logger(cfg.run.dir, d.main, cfg.log.tensorboard, cfg.log.progress, cfg.train.steps, start)
+    log = Logger(cfg.run.dir, d.main, cfg.log.tensorboard, cfg.log.progress, cfg.train.steps, start,
+                 desc="SFT step", postfix=("sft_loss",))
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=d.device.type == "cuda" and d.world == 1)
     B = cfg.train.sft_batch
     try:
@@ -171,6 +175,9 @@ def train_sft(s: dict):
             else:
                 warnings.warn(f"SFT step {step + 1}: non-finite loss or gradient, update skipped")
             dt = time.time() - t0
+            if step == start and (line := cpu_cost_line("step", step + 1, dt, cfg.train.steps - start,
+                                                        d.device.type)):
+                log.say(line)
             log.log(step + 1, {"sft_loss": float(distributed.all_sum(loss_sum, d)) / d.world, "grad_norm": float(gn),
                                "lr": sched.get_last_lr()[0], "train_tok_s": float(distributed.all_sum(ntok, d)) / dt})
             if (step + 1) % cfg.train.checkpoint_every == 0 or step + 1 == cfg.train.steps:

@@ -36,11 +36,12 @@ from r1.credit import (compute as compute_credit, credit_inputs, informative_gro
 from r1.generate import Sampling
 from r1.identity import run_identity
 from r1.learner import Learner, build_models
-from r1.logger import Logger
+from r1.logger import Logger, cpu_cost_line
 from r1.profiler import maybe_profile, phase, wanted
 from r1.rollout_stats import summarize, traj_stats
-from r1.run import check_run_dir, create_run_dir, resolve_dtype, run_tokenizer
+from r1.run import check_paths, check_run_dir, create_run_dir, resolve_dtype, run_tokenizer
 from r1.tasks.data import epoch_order, load_rows
+from r1.tasks.registry import check_reset
 from r1.trajectory import Saver, check_episodes, iter_path
 
 
@@ -59,15 +60,17 @@ class Trainer:
         self.device = self.d.device
         self.dtype = resolve_dtype(cfg, self.device)
         check_run_dir(cfg)
+        check_paths(cfg)  # a missing model or data path names its key before anything loads
         torch.manual_seed(cfg.run.seed)
         self.tok = run_tokenizer(cfg)
+        self.train_rows = load_rows(cfg, "train")  # the data before the plans: a bad data.path is the first word
+        check_reset(cfg, self.tok, self.train_rows)  # an env whose reset() raises: one line, no run folder
         policy, critic, ref = build_models(cfg, self.tok, self.device)
         self.model_cfg = policy.cfg
         rollout_model = generator_model(cfg, self.tok, self.d, self.dtype, policy)
         self.plan = memory.plan_for(cfg, self.model_cfg, self.d)  # auto slots/micro_tokens/checkpointing, or refuse
         disk.plan_for(cfg, self.model_cfg, self.d)  # room for its checkpoints and hf/, or refuse
         self.learner = Learner(cfg, self.tok, self.d, self.dtype, policy, critic, ref, self.plan.checkpointing)
-        self.train_rows = load_rows(cfg, "train")
         create_run_dir(cfg, self.d, run_identity(cfg, self.train_rows))
         self.actor = Actor(cfg, self.tok, rollout_model, self.plan.slots, self.d)
         self.reward_moments = torch.zeros(3, dtype=torch.float64)  # running (count, sum, sum sq): normalize_reward
@@ -78,7 +81,7 @@ class Trainer:
             self.start = int(extra["iteration"])
             self.reward_moments = torch.tensor(extra.get("reward_moments", [0.0, 0.0, 0.0]), dtype=torch.float64)
             if self.d.main:
-                print(f"resuming {cfg.run.dir} from iteration {self.start} ({os.path.basename(path)}); "
+                print(f"resuming {cfg.run.dir} after iteration {self.start} ({os.path.basename(path)}); "
                       f"train.steps={cfg.train.steps}", flush=True)
         self.logger = Logger(cfg.run.dir, self.d.main, cfg.log.tensorboard, cfg.log.progress, cfg.train.steps, self.start)
         self.saver = Saver()  # trajectory files, written in the background
@@ -221,8 +224,12 @@ class Trainer:
         failed = True
         try:
             for it in range(self.start, cfg.train.steps):
+                t_it = time.time()
                 with maybe_profile(cfg.run.dir, it + 1, self.d.rank) as prof:  # R1_PROFILE=it + 1 (r1/profiler.py)
                     metrics = self.iteration(it)
+                if it == self.start and (line := cpu_cost_line("iteration", it + 1, time.time() - t_it,
+                                                               cfg.train.steps - self.start, self.device.type)):
+                    self.logger.say(line)  # a GPU-sized run on a CPU says what it will cost
                 if wanted(it + 1):  # the report is not the run's time
                     t0 += distributed.all_max(prof["report_s"], self.d)
                 if evaluate is not None and cfg.eval.every and (it + 1) % cfg.eval.every == 0:

@@ -38,6 +38,7 @@ import gzip
 import json
 import math
 import os
+import re
 import zlib
 from dataclasses import dataclass, field, fields
 
@@ -338,7 +339,10 @@ def main(argv=None):
     decode = None
     if not a.ids:
         decode = _run_decoder(a.run_dir, path, header, trajs[a.index])
-    print(render(trajs[a.index], decode))
+    t = trajs[a.index]
+    if re.fullmatch(r"\d+-\d+-\d+", t.uid):  # a training uid: <iteration from 0>-<group>-<sample>
+        print(f"iteration {a.iter} (--iter counts from 1; the uid {t.uid} is <iteration - 1>-<group>-<sample>)")
+    print(render(t, decode))
 
 
 def _run_decoder(run_dir, path, header, traj):

@@ -193,7 +193,7 @@ def test_resume_verifies_and_says_where_it_resumes(base_run, tmp_path, capsys):
     assert set(manifest["files"]) == {p.name for p in ck(run, 2).iterdir()} - {"manifest.json"}
     t = resumed(run)
     assert t.start == 2
-    assert f"resuming {run} from iteration 2 (iter_000002)" in capsys.readouterr().out
+    assert f"resuming {run} after iteration 2 (iter_000002)" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("target", ["rng_rank0.pt", ".metadata"])
@@ -403,7 +403,7 @@ def test_ctrl_c_is_a_clean_stop_that_says_how_to_resume(base_run, tmp_path, caps
         train.main(["--config", SMOKE, *TINY, f"run.dir={run}", "run.resume=true", "train.steps=5"])
     assert e.value.code == 130
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and f"{run} resumes from iteration 3 with: python train.py" in err[0]
+    assert len(err) == 1 and f"{run} resumes after iteration 3 with: python train.py" in err[0]
     assert err[0].endswith("train.steps=5 run.resume=true")
     assert checkpoint.verify(str(ck(run, 3))) is None
     monkeypatch.undo()

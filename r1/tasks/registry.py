@@ -71,7 +71,67 @@ def make_env(cfg, tokenizer):
     """The env factory of the config's task: a function returning a fresh env (the rollout loop's input)."""
     task = get_task(cfg.data.task)
     tools = task_tools(cfg, task)
-    return lambda: task.env(cfg, tokenizer, tools)
+    factory = lambda: task.env(cfg, tokenizer, tools)  # noqa: E731
+    factory.task = task.name  # for the one-line error of an env that raises (TaskError)
+    return factory
+
+
+class TaskError(ValueError):
+    """A task's own code raised (its env's reset, say): one line naming the task, the row and the user's
+    file:line, not a traceback through r1/. A ValueError, so at set-up it is a user error (exit 2)."""
+
+
+def task_error(task: str, what: str, row, e: BaseException) -> TaskError:
+    """TaskError for exception `e` raised by `what` (e.g. "reset()") of task `task` on `row`."""
+    rid = row.get("id", "?") if isinstance(row, dict) else "?"
+    text = (str(e).splitlines() or [""])[0][:200]
+    at = user_frame(e)
+    return TaskError(f"task {task}: {what} of row {rid!r} raised {type(e).__name__}"
+                     f"{': ' + text if text else ''}{f' ({at})' if at else ''}")
+
+
+def user_frame(e: BaseException) -> str:
+    """'file:line' of the last traceback frame outside r1/ and the installed libraries (the user's code),
+    relative to the working folder when it is below it; '' when there is none."""
+    import os
+    import sysconfig
+    import traceback
+
+    own = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # r1/
+    libs = {os.path.abspath(sysconfig.get_paths()[k]) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    found = ""
+    for fr in traceback.extract_tb(e.__traceback__):
+        f = os.path.abspath(fr.filename)
+        if f.startswith(own + os.sep) or any(f.startswith(lib + os.sep) for lib in libs) or fr.filename.startswith("<"):
+            continue
+        rel = os.path.relpath(f)
+        found = f"{f if rel.startswith('..') else rel}:{fr.lineno}"
+    return found
+
+
+def check_reset(cfg, tokenizer, rows: list):
+    """Reset the task's env on its first row once, at set-up (before run.dir is created), so an env whose
+    reset() raises is one line and leaves nothing behind. The RNG states are put back: the run samples
+    exactly what it would have without this check."""
+    import random
+
+    import torch
+
+    if not rows:
+        return
+    factory = make_env(cfg, tokenizer)
+    py, cpu = random.getstate(), torch.get_rng_state()
+    try:
+        env = factory()
+        try:
+            env.first_prompt(env.reset(rows[0]))
+        finally:
+            env.close()
+    except Exception as e:  # noqa: BLE001 - the task's own code: any exception is its error
+        raise task_error(factory.task, "its env's reset()", rows[0], e) from None
+    finally:
+        random.setstate(py)
+        torch.set_rng_state(cpu)
 
 
 def load_rows(cfg, split: str) -> list:
