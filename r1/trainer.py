@@ -235,7 +235,8 @@ class Trainer:
                 if evaluate is not None and cfg.eval.every and (it + 1) % cfg.eval.every == 0:
                     metrics.update(self.held_out(evaluate))
                 metrics["time_elapsed"] = time.time() - t0  # the loop's wall time so far (this session)
-                self.logger.log(it + 1, metrics)
+                with self.disk_failure("metrics", os.path.join(cfg.run.dir, "metrics.jsonl")):
+                    self.logger.log(it + 1, metrics)
                 # stop on the slowest clock (max over ranks), so every rank leaves the loop together
                 out_of_time = cfg.train.time_limit > 0 and bool(distributed.all_max(
                     float(time.time() - t0 >= cfg.train.time_limit), self.d))

@@ -178,7 +178,7 @@ def test_fingerprints_follow_content_not_names(tmp_path):
         ["model.path"]
 
 
-@pytest.mark.parametrize("where,err", [("export", "EROFS"), ("trajectories", "ENOSPC")])
+@pytest.mark.parametrize("where,err", [("export", "EROFS"), ("trajectories", "ENOSPC"), ("metrics", "EACCES")])
 def test_a_write_that_fails_late_is_one_line_saying_the_checkpoint_is_intact(tmp_path, monkeypatch, capsys, where,
                                                                              err):
     """393649a: a read-only folder at export was a traceback; a full disk while writing trajectories did not say
@@ -192,8 +192,11 @@ def test_a_write_that_fails_late_is_one_line_saying_the_checkpoint_is_intact(tmp
     def fail(*a, **k):
         raise OSError(getattr(errno, err), os.strerror(getattr(errno, err)))
 
-    monkeypatch.setattr(r1.weights if where == "export" else r1.trajectory, "save_hf" if where == "export" else "save",
-                        fail)
+    import r1.logger
+
+    target = {"export": (r1.weights, "save_hf"), "trajectories": (r1.trajectory, "save"),
+              "metrics": (r1.logger.Logger, "log")}[where]
+    monkeypatch.setattr(*target, fail)
     run = tmp_path / "run"
     with pytest.raises(SystemExit) as e:
         train.main(["--config", SMOKE, f"run.dir={run}", "train.steps=1", "rollout.prompts=2", "rollout.n=2",
@@ -203,9 +206,11 @@ def test_a_write_that_fails_late_is_one_line_saying_the_checkpoint_is_intact(tmp
     if where == "export":
         assert f"could not write the export {run}/hf: permission denied" in lines[0]
         assert f"{run}/checkpoints/iter_000001 is intact" in lines[0]
-    else:
+    elif where == "trajectories":
         assert f"could not write trajectory file {run}/trajectories/iter_000001.jsonl.gz" in lines[0]
         assert "no space left on device; no checkpoint was written yet" in lines[0]
+    else:  # a run folder made read-only mid-run (393649a: a traceback)
+        assert f"could not write metrics {run}/metrics.jsonl: permission denied" in lines[0]
 
 
 def test_non_finite_weights_and_a_tiny_temperature_are_refused_at_start(tmp_path):
