@@ -68,7 +68,8 @@ class AgentEnvLoop:
                     if not ready and futures and not ended and not self.gen.busy():
                         ready = list(wait(futures, return_when=FIRST_COMPLETED).done)
                     for f in ready:
-                        self._record(futures.pop(f), f.result())
+                        c = futures.pop(f)
+                        self._record(c, self._stepped(c, f.result))
         except BaseException:  # an environment that raised: leave no chunk in flight and no slot held
             abort = getattr(self.gen, "abort", None)
             if abort is not None:
@@ -108,9 +109,21 @@ class AgentEnvLoop:
         for c, action in ended:
             env, _, prompt = self.live[c.key]
             if self.pool is None:
-                self._record(c, _env_step(env, prompt, action))
+                self._record(c, self._stepped(c, _env_step, env, prompt, action))
             else:
                 futures[self.pool.submit(_env_step, env, prompt, action)] = c
+
+    def _stepped(self, c, fn, *args):
+        """fn(*args), an environment's step; what the task's code raises becomes one line naming the task,
+        the episode's row and the user's file:line (a row missing a field its env reads, say)."""
+        try:
+            return fn(*args)
+        except Exception as e:  # noqa: BLE001 - the task's code
+            from r1.tasks.registry import task_error
+
+            env, traj, _ = self.live[c.key]
+            task = getattr(self.make_env, "task", type(env).__name__)
+            raise task_error(task, "its env's step()", {"id": traj.sample_id}, e) from None
 
     def _decode_all(self, completions):
         """Response texts, for the environments' parsers only (never re-encoded)."""

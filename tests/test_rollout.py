@@ -231,7 +231,11 @@ def test_a_loop_whose_environment_raised_runs_again(tok, model, overlap):
     gen = Recording(model, 2, 256, stop_ids=tok.stop_ids, overlap=overlap)
     loop = AgentEnvLoop(gen, tok, lambda: Raising(tok, max_context=256, max_new_tokens=MAX_NEW), MAX_NEW)
     data = samples([3, 2, 3])
-    with pytest.raises(RuntimeError, match="tool crashed"):
+    from r1.tasks.registry import TaskError
+
+    # one line naming the env, the episode's row and the line of the task's code that raised
+    with pytest.raises(TaskError, match=r"task Raising: its env's step\(\) of row 's0' raised RuntimeError: tool "
+                                        r"crashed \(.*test_rollout.py:\d+\)"):
         loop.run(data, n=1)
     assert not gen.busy() and gen.free_slots() == 2
     trajs = loop.run(data, n=1)
