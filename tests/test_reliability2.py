@@ -502,12 +502,12 @@ def test_a_failed_trajectory_write_is_an_error_but_never_hides_the_one_that_stop
         return f
 
     t = fresh_trainer(tmp_path, "train.steps=1")
-    t.saver.pending = failed_write()
+    t.saver.pending = (failed_write(), "iter_000001.jsonl.gz")  # (the write in flight, its file)
     with pytest.raises(OSError, match="No space left"):
         t.fit()
 
     def stop(it):
-        t.saver.pending = failed_write()
+        t.saver.pending = (failed_write(), "iter_000001.jsonl.gz")
         raise TrainingStopped("iteration 1: the policy's weights are not finite")
     t = fresh_trainer(tmp_path / "b", "train.steps=1")
     t.iteration = stop

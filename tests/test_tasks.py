@@ -203,7 +203,10 @@ def test_sft_phase_resumes_from_its_checkpoint(tmp_path, tok_dir, capsys):
                        "train.schedule=cosine", "train.checkpoint_every=10"])
     os.remove(os.path.join(run, "sft", "done"))
     capsys.readouterr()
-    train.main(base + [f"run.dir={run}", "train.sft_steps=3", "train.steps=1", "run.resume=true"])
+    # 3 steps where the stopped phase planned 2: its cosine schedule is redrawn, a deliberate change (without
+    # run.allow_config_change the resume is refused, tests/test_reliability3_rundir.py)
+    train.main(base + [f"run.dir={run}", "train.sft_steps=3", "train.steps=1", "run.resume=true",
+                       "run.allow_config_change=true"])
     assert "resuming from step 2" in capsys.readouterr().out
     assert [json.loads(x)["iter"] for x in open(os.path.join(run, "sft", "metrics.jsonl"))] == [1, 2, 3]
     assert [json.loads(x)["iter"] for x in open(os.path.join(run, "metrics.jsonl"))] == [1]
