@@ -46,7 +46,9 @@ def build_model(path: str, cfg: Config, tok, device, value_head=False, seed=0) -
     # own tokenizer, or the one model.tokenizer names), or the first prompt holding one is an IndexError
     check_vocab(tok, model.cfg.vocab_size, path, own=cfg.model.tokenizer is None)
     # non-finite weights (a reference among them) would make every update skip, silently, until the run ends
-    bad = next((n for n, p in model.named_parameters() if not bool(torch.isfinite(p).all())), None)
+    params = dict(model.named_parameters())
+    ok = torch.stack([torch.isfinite(p).all() for p in params.values()])  # one host sync, not one a tensor
+    bad = None if bool(ok.all()) else list(params)[int((~ok).nonzero()[0])]
     if bad is not None:
         raise ValueError(f"model {path} holds non-finite weights (NaN or inf in {bad}); it cannot be trained or "
                          f"used as a reference")
