@@ -2,18 +2,19 @@
 # The 30-minute recipe (issue 29) on one H200, alone on the GPU, as the README gives it: one train.py command
 # (SFT, then PPO until train.time_limit), its wall time measured around the command, then the test split read
 # once: the SFT policy and the final policy, greedy, all 1,319 problems; then bench/results/learning_h200.json.
-#   setsid nohup bash bench/h200_recipe.sh MODEL.gguf RESULTS_DIR [CONFIG] &    (over 10 minutes: follow it with
+#   setsid nohup bash bench/h200_recipe.sh MODEL.gguf RESULTS_DIR [CONFIG] &    (EXTRA / EVAL_EXTRA: overrides
+#   appended to the train.py / eval.py commands, for a CPU dry run only)    (over 10 minutes: follow it with
 #   calls that wait on RESULTS_DIR/progress.txt, as docs/GPU.md says; bench/h200_collect.sh packs the results)
 set -u
 M=$1; R=$2; CFG=${3:-configs/gsm8k_tool_30min.yaml}; mkdir -p "$R"
 . "$(dirname "$0")/phases.sh"  # log, phase
 log "begin: $(python3 -c 'import torch; print(torch.__version__, torch.cuda.get_device_name())') $CFG"
 t0=$(date +%s.%N)
-phase recipe python3 train.py --config "$CFG" model.path="$M" run.dir="$R/recipe" log.progress=false || exit 1
+phase recipe python3 train.py --config "$CFG" model.path="$M" run.dir="$R/recipe" log.progress=false ${EXTRA:-} || exit 1
 [ -e "$R/wall_s" ] || python3 -c "print(round($(date +%s.%N) - $t0, 1))" > "$R/wall_s"
 for m in sft final; do
   p="$R/recipe/hf"; [ $m = sft ] && p="$R/recipe/sft/hf"
-  phase "test-$m" python3 eval.py --config "$CFG" model.path="$p" eval.split=test eval.limit=0 eval.out="$R/test-$m" \
+  phase "test-$m" python3 eval.py --config "$CFG" model.path="$p" eval.split=test eval.limit=0 eval.out="$R/test-$m" ${EVAL_EXTRA:-} \
     && tail -1 "$R/test-$m.log" > "$R/test-$m.json"
 done
 phase result python3 bench/learning_result.py --run "$R/recipe" --sft-eval "$R/test-sft.json" \
