@@ -77,7 +77,8 @@ class Run:
     as config.<n>.yaml. Without it such a resume is refused, listing the differences."""
     memory_fraction: float = 1.0
     """Share of the GPU's memory this process plans for (r1/memory.py) and may allocate: 1 = all of it; 0.25 lets
-    four runs share one GPU side by side, each with its own plan (a small model leaves most of a GPU idle)."""
+    four runs share one GPU side by side, each with its own plan (a small model leaves most of a GPU idle). On a
+    CPU the plan uses at most this share of the machine's RAM (planned for, not enforced)."""
     dtype: str = "auto"
     """Generator (rollout) dtype: auto (bfloat16 on cuda, float32 on cpu). Training keeps float32 master weights and computes in bf16 on CUDA (autocast on one GPU, FSDP mixed precision on several)."""
 
@@ -116,6 +117,10 @@ class Data:
     (0 = all)."""
     test_size: int = 200
     """Held-out rows that generated tasks (synthetic, cli, your own) make; GSM8K's test split is fixed."""
+    sft_level: int = 0
+    """The level of the SFT phase's expert chats (train.sft_steps, train.stage=sft), for tasks with levels;
+    0 = data.level. SFT on an easier level, then RL and evaluation on data.level, shows what RL adds beyond
+    imitation (configs/cli.yaml: SFT on level 2, RL on level 3 and its two-step requests)."""
     val_size: int = 0
     """A validation split carved from the task's train rows: this many rows (a fixed choice, the same for every
     run.seed) are never trained on (RL or SFT) and form the split `val` (eval.split=val). Tune on it; keep
@@ -340,7 +345,7 @@ AUTO_ZERO = ("rollout.slots", "train.micro_tokens", "rollout.sync_every")
 BOUNDS = {
     "model.tiny_layers": (1, None), "model.tiny_hidden": (1, None),
     "data.level": (1, None), "data.train_size": (0, None), "data.test_size": (0, None),
-    "data.val_size": (0, None),
+    "data.val_size": (0, None), "data.sft_level": (0, None),
     "env.max_steps": (1, None), "env.max_context": (1, None), "env.malformed_penalty": (None, 0.0),
     "rollout.prompts": (1, None), "rollout.n": (1, None), "rollout.max_new_tokens": (1, None),
     "rollout.temperature": (0.0, None), "rollout.top_k": (0, None),
@@ -361,7 +366,7 @@ BOUNDS = {
 # Upper bounds on sizes, far above any real run (a 1M-token context, 64k slots) but low enough that a typo
 # (`rollout.slots=10000000000`) is a config error naming the key instead of an allocation failure later.
 HUGE = 2**20
-for _key, _high in {"model.tiny_layers": 1024, "model.tiny_hidden": 65536, "data.level": 1000,
+for _key, _high in {"model.tiny_layers": 1024, "model.tiny_hidden": 65536, "data.level": 1000, "data.sft_level": 1000,
                     "data.train_size": 10**9, "data.test_size": 10**9, "data.val_size": 10**9, "env.max_steps": 100_000,
                     "env.max_context": HUGE, "rollout.prompts": HUGE, "rollout.n": 65536,
                     "rollout.max_new_tokens": HUGE, "rollout.top_k": HUGE, "rollout.slots": 65536,
@@ -661,6 +666,9 @@ def validate(cfg: Config, origin: dict | None = None):
         raise ConfigError(f"config key {name('data.task')}: {e}") from None
     if task.max_level is not None and cfg.data.level > task.max_level:  # the limit lives with the task
         fail("data.level", f"in [1, {task.max_level}] for data.task={cfg.data.task}")
+    if cfg.data.sft_level and (task.max_level is None or cfg.data.sft_level > task.max_level):
+        fail("data.sft_level", f"0 (= data.level) for data.task={cfg.data.task}, which has no levels"
+             if task.max_level is None else f"0 (= data.level) or in [1, {task.max_level}] for data.task={cfg.data.task}")
     _validate_rewards(cfg, task, name)
     if cfg.eval.split == "val" and not cfg.data.val_size:
         raise ConfigError(f"config key {name('eval.split')} is val, but data.val_size is 0 (no validation split); "

@@ -447,7 +447,8 @@ def device_capacity(device, fraction: float = 1.0) -> int:
     CUDA: free memory plus what torch's allocator already holds (the models built so far), at most
     `fraction` (run.memory_fraction) of the card, which the allocator then enforces: runs that share
     one GPU each plan for their own share, however many started at the same moment.
-    CPU: MemAvailable (shared by the local ranks of a torchrun) plus this process's resident set.
+    CPU: MemAvailable (shared by the local ranks of a torchrun) plus this process's resident set, at most
+    `fraction` of the machine's RAM (planned for, not enforced: the OS has no per-process cap to set).
     """
     import torch
 
@@ -457,7 +458,8 @@ def device_capacity(device, fraction: float = 1.0) -> int:
             torch.cuda.set_per_process_memory_fraction(fraction, device)
         return int(min(free + torch.cuda.memory_reserved(device), fraction * total))
     local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    return int(_available_ram() / local + _rss())
+    own = _available_ram() / local + _rss()
+    return int(own if fraction >= 1 else min(own, fraction * _total_ram()))
 
 
 def _meminfo() -> dict:
@@ -477,6 +479,16 @@ def _available_ram() -> int:
     if "MemAvailable" in info:
         return info["MemAvailable"]
     try:  # not Linux: the total, as a ceiling
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 8 * GiB
+
+
+def _total_ram() -> int:
+    info = _meminfo()
+    if "MemTotal" in info:
+        return info["MemTotal"]
+    try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return 8 * GiB

@@ -80,6 +80,15 @@ def tool_schemas(cfg) -> list | None:
     return [get_tool(n).schema for n in names] or None
 
 
+def sft_data(cfg):
+    """The config whose train rows the SFT phase learns from: data.level replaced by data.sft_level when set."""
+    if not cfg.data.sft_level or cfg.data.sft_level == cfg.data.level:
+        return cfg
+    sft = copy.deepcopy(cfg)
+    sft.data.level = cfg.data.sft_level
+    return sft
+
+
 def warmup_config(cfg):
     """The SFT phase of an RL run with train.sft_steps > 0: the same config as an SFT run in run.dir/sft/
     (`tensorboard --logdir RUN_DIR` shows both phases)."""
@@ -111,7 +120,7 @@ def setup_sft(cfg, then_rl=None) -> dict:
     check_paths(cfg)  # a missing model or data path names its key before anything loads
     torch.manual_seed(cfg.run.seed)
     tok = run_tokenizer(cfg)
-    rows = load_rows(cfg, "train")  # the data before the plans: a bad data.path is the first word
+    rows = load_rows(sft_data(cfg), "train")  # the data before the plans: a bad data.path is the first word
     if then_rl is not None:  # the RL phase's env, on its first row: a reset() that raises is found before SFT runs
         check_reset(then_rl, tok, rows)
     model = build_model(cfg.model.path, cfg, tok, d.device, seed=cfg.run.seed)

@@ -239,6 +239,23 @@ def test_level_and_command_reward_are_checked_at_config_time():
     assert cfg_of("data.level=3", "env.command_reward=0.1").env.command_reward == 0.1
 
 
+def test_sft_level_gives_the_sft_phase_rows_of_its_own_level():
+    """configs/cli.yaml: SFT on level-2 expert chats, RL and evaluation on level 3 (data.sft_level)."""
+    from r1.sft import sft_data, warmup_config
+    cfg = cfg_of()
+    assert (cfg.data.level, cfg.data.sft_level) == (3, 2)
+    sft_rows = load_rows(sft_data(warmup_config(cfg)), "train")
+    assert {r["level"] for r in sft_rows} == {2} and len(sft_rows) == cfg.data.train_size
+    assert {r["level"] for r in load_rows(cfg, "train")} == {3} and {r["level"] for r in load_rows(cfg, "test")} == {3}
+    assert "lines_of_largest" not in {r["kind"] for r in sft_rows}  # the two-step request is left to RL
+    same = cfg_of("data.sft_level=0")
+    assert sft_data(same) is same and sft_data(cfg_of("data.sft_level=3")).data.level == 3
+    with pytest.raises(ConfigError, match=r"data.sft_level.*in \[1, 3\] for data.task=cli, got 4"):
+        cfg_of("data.sft_level=4")
+    with pytest.raises(ConfigError, match="data.sft_level.*data.task=gsm8k_tool, which has no levels, got 2"):
+        load_config([os.path.join(ROOT, "configs", "gsm8k_tool.yaml")], ["data.sft_level=2"])
+
+
 def test_cli_needs_the_shell_tool(tok):
     with pytest.raises(ValueError, match="data.task=cli needs the shell tool"):
         make_env(cfg_of("env.tools=[calculator]"), tok)()

@@ -309,3 +309,17 @@ def test_trainer_refuses_before_creating_the_run_dir(tmp_path):
     msg = refusal(lambda: Trainer(cfg_of(f"run.dir={run}", "rollout.slots=65536", "rollout.cache_len=16384")))
     assert msg.startswith("config key 'rollout.slots'=65536")
     assert not run.exists()
+
+
+def test_cpu_capacity_honours_memory_fraction(monkeypatch):
+    """run.memory_fraction caps a CPU plan at that share of the machine's RAM, as it does a GPU's."""
+    import torch
+    from r1 import memory
+
+    monkeypatch.setattr(memory, "_available_ram", lambda: 20 * memory.GiB)
+    monkeypatch.setattr(memory, "_total_ram", lambda: 24 * memory.GiB)
+    monkeypatch.setattr(memory, "_rss", lambda: 1 * memory.GiB)
+    cpu = torch.device("cpu")
+    assert memory.device_capacity(cpu) == 21 * memory.GiB
+    assert memory.device_capacity(cpu, 0.25) == 6 * memory.GiB
+    assert memory.device_capacity(cpu, 0.99) == 21 * memory.GiB  # what is free stays the bound
