@@ -50,8 +50,13 @@ class Actor:
         if policy is self.model:
             return
         full = distributed.full_state_dict(policy)
-        if self.cfg.model.lora_rank:  # the generator runs the merged weights: one matmul per projection
-            full = lora.merge(full, self.cfg.model.lora_alpha / self.cfg.model.lora_rank)
+        m = self.cfg.model
+        if m.lora_rank:  # the generator runs the merged weights (one matmul per projection), merged one at a time
+            target = self.model.state_dict()
+            with torch.no_grad():
+                for k, v in lora.merged_items(full, m.lora_alpha / m.lora_rank):
+                    target[k].copy_(v)
+            return
         with torch.no_grad():
             for k, v in self.model.state_dict().items():
                 v.copy_(full[k])

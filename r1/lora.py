@@ -127,17 +127,23 @@ class Reference:
             return self.policy(*args, **kw)
 
 
+def merged_items(state: dict, scale: float):
+    """(key, tensor) of the plain state dict, one at a time: W + scale * B @ A (in float32, back in W's dtype)
+    for every projection with `X.lora_A`/`X.lora_B`, the adapter keys dropped. One at a time so that the
+    generator's refresh holds one merged matrix beside the models, not a second model."""
+    for k, v in state.items():
+        if k.endswith((".lora_A", ".lora_B")):
+            continue
+        prefix = k[:-len(".weight")]
+        if k.endswith(".weight") and prefix + ".lora_A" in state:
+            delta = state[prefix + ".lora_B"].float() @ state[prefix + ".lora_A"].float()
+            v = (v.float() + scale * delta).to(v.dtype)
+        yield k, v
+
+
 def merge(state: dict, scale: float) -> dict:
-    """A full state dict with adapters -> the plain one: W + scale * B @ A (in float32, back in W's dtype)
-    for every `X.lora_A`/`X.lora_B` pair, the adapter keys dropped. Pure: `state` is not changed."""
-    out = {k: v for k, v in state.items() if not k.endswith((".lora_A", ".lora_B"))}
-    for k in state:
-        if k.endswith(".lora_A"):
-            prefix = k[:-len(".lora_A")]
-            w = state[prefix + ".weight"]
-            delta = state[prefix + ".lora_B"].float() @ state[k].float()
-            out[prefix + ".weight"] = (w.float() + scale * delta).to(w.dtype)
-    return out
+    """The plain state dict of a state dict with adapters (merged_items, all at once). Pure."""
+    return dict(merged_items(state, scale))
 
 
 def peft_state(state: dict) -> dict:

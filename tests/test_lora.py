@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 
 import train
 from kernels.logprob import logprob_entropy
-from r1 import lora
+from r1 import disk, lora, memory
 from r1.config import ConfigError, load_config
 from r1.learner import lora_models
 from r1.model import Transformer, pack, tiny_config
@@ -175,7 +175,17 @@ def test_run_checkpoints_adapters_only_exports_merged_and_peft(tmp_path):
     models = [k for k in keys if k.startswith("model.")]
     assert models and all(("lora_" in k) or k.startswith("model.critic.score.") for k in models), models[:5]
     full_size = sum(p.numel() for p in policy.parameters())
-    assert sum(os.path.getsize(os.path.join(ckpt, f)) for f in os.listdir(ckpt)) < 4 * full_size
+    written = sum(os.path.getsize(os.path.join(ckpt, f)) for f in os.listdir(ckpt))
+    assert written < 4 * full_size  # not even the float32 base once, let alone 12 bytes a parameter
+    # the disk plan knows: an upper bound, within 15% here where the per-tensor headers (ENTRY_BYTES, an upper
+    # bound) are most of the bytes; at 7B rank 16 the adapters' 12 bytes a parameter are 99% of them
+    mc = trainer.model_cfg
+    est = disk.checkpoint_bytes(cfg, mc, world=1)
+    assert written <= est < 1.15 * written, (est, written)
+    assert est < disk.model_checkpoint_bytes(mc, 1) / 10
+    adapter_written = sum(os.path.getsize(os.path.join(run, "adapter", f)) for f in os.listdir(
+        os.path.join(run, "adapter")))
+    assert adapter_written <= disk.adapter_bytes(mc, 4, cfg.model.lora_targets) < adapter_written + 2 * disk.FILE_BYTES
     # hf/: the merged policy, which transformers loads to the same logits
     hf = AutoModelForCausalLM.from_pretrained(os.path.join(run, "hf"), dtype=torch.float32).eval()
     ids = torch.randint(0, trainer.model_cfg.vocab_size, (2, 11), generator=torch.Generator().manual_seed(0))
@@ -233,3 +243,34 @@ def test_full_fine_tuning_is_untouched():
         assert lora.trainable(m) == list(m.parameters())
     assert ref is not None
     assert policy.model.embed_tokens.weight.data_ptr() != critic.model.embed_tokens.weight.data_ptr()
+
+
+QWEN7B = dict(arch="qwen2", vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_layers=28, num_heads=28,
+              num_kv_heads=4, head_dim=128, qkv_bias=True, tie_embeddings=False)
+
+
+def test_memory_plan_counts_one_frozen_base_and_suggests_lora():
+    """Qwen2.5-7B's shape on one H200 (139.8 GiB usable), configs/gsm8k_tool.yaml's batch: full fine-tuning
+    cannot fit (16 bytes a parameter); the refusal names model.lora_rank, whose plan fits."""
+    from r1.model import ModelConfig
+
+    mc, cap = ModelConfig(**QWEN7B), int(139.8 * memory.GiB)
+    tool = os.path.join(ROOT, "configs", "gsm8k_tool.yaml")
+    with pytest.raises(ConfigError, match=r"set model.lora_rank=16 train.sft_steps=0 \(peak 1[0-3]\d\.\d GiB\)"):
+        memory.plan(load_config(tool), mc, 1, "cuda", cap)
+    cfg = load_config(tool, ["model.lora_rank=16", "train.sft_steps=0"])
+    plan = memory.plan(cfg, mc, 1, "cuda", cap)
+    assert plan.fits
+    P, A = memory.param_count(mc), memory.lora_param_count(mc, 16, cfg.model.lora_targets)
+    assert A == 28 * 16 * (2 * (3584 + 3584) + 2 * (3584 + 512) + 3 * (3584 + 18944))
+    assert plan.items["base"] == 2 * P and plan.items["generator"] == 2 * P  # bf16 base once; merged bf16 copy
+    assert plan.items["policy"] == 16 * A and plan.items["critic"] == 16 * (A + 3584 + 1)
+    assert "ref" not in plan.items  # the reference is the base with adapters off
+    # no hint where LoRA is not the way out: under torchrun (refused with LoRA), or when it is set already
+    with pytest.raises(ConfigError) as e:
+        memory.plan(load_config(tool), mc, 2, "cuda", int(40 * memory.GiB))
+    assert "lora" not in str(e.value)
+    # the CPU: the float32 base, no autocast copies; the plan sees the generator's merged copy
+    small = tiny_config("llama", vocab_size=256)
+    p_cpu = memory.plan(load_config(SMOKE, LORA), small, 1, "cpu", 64 * memory.GiB)
+    assert p_cpu.items["base"] == 4 * memory.param_count(small) == p_cpu.items["generator"]
