@@ -28,7 +28,7 @@ from r1 import distributed, lora
 from r1.algos.estimators import ESTIMATORS
 from r1.algos.losses import aggregate, entropy_bonus, kl_penalty, value_loss
 from r1.algos.policy_losses import POLICY_LOSSES, PolicyInputs
-from r1.config import Config, ConfigError
+from r1.config import Config
 from r1.credit import Credit
 from r1.model import Transformer
 from r1.packing import Plan, filler
@@ -61,9 +61,6 @@ def lora_models(cfg: Config, tok, device) -> tuple:
     on the CPU), the critic's body the same Parameter objects, adapters and value head in float32. The
     reference is not a model: the Learner runs the policy with its adapters off."""
     m = cfg.model
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise ConfigError("config key 'model.lora_rank': LoRA runs on one process for now (torchrun with more "
-                          "than one rank shards the shared base per model); set model.lora_rank=0 or run one rank")
     policy = build_model(m.path, cfg, tok, device, seed=cfg.run.seed)
     if device.type == "cuda":
         policy.to(torch.bfloat16)  # the frozen base: autocast computes in bf16 anyway; half the bytes
@@ -94,8 +91,11 @@ class Learner:
         optimizers. dtype: the rollout dtype, which the export uses."""
         self.cfg, self.tok, self.d, self.device, self.dtype = cfg, tok, d, d.device, dtype
         self.model_cfg = policy.cfg
-        self.policy = distributed.parallelize(policy, d, checkpointing)
-        self.critic = distributed.parallelize(critic, d, checkpointing) if critic is not None else None
+        # LoRA: FSDP shards what trains; the frozen base, one set of tensors that policy and critic share, stays
+        # whole on every rank (no gradient, no optimizer state: sharding it would split the sharing)
+        frozen = {p for m in (policy, critic) if m is not None for p in m.parameters() if not p.requires_grad}
+        self.policy = distributed.parallelize(policy, d, checkpointing, ignored=frozen)
+        self.critic = distributed.parallelize(critic, d, checkpointing, ignored=frozen) if critic is not None else None
         self.ref = distributed.parallelize(ref, d, False) if ref is not None else None
         if cfg.model.lora_rank and cfg.algo.kl_coef > 0:
             self.ref = lora.Reference(self.policy)  # the shared base itself: no copy

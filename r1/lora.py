@@ -20,7 +20,9 @@ requires_grad is what a checkpoint holds, `merge` folds the adapters into
 the weights for the generator and the hf/ export, and `peft_state` renames
 them to what `peft.PeftModel.from_pretrained` reads. Dropout applies only
 to forwards that build a graph (the update), never to scoring or sampling,
-so old logprobs and the generator's agree with the adapter path.
+so old logprobs and the generator's agree with the adapter path. Under
+torchrun FSDP2 shards the adapters and value head and leaves the base alone
+(r1/distributed.py parallelize's `ignored`): whole on every rank, shared.
 """
 from __future__ import annotations
 

@@ -9,7 +9,8 @@ model's shape is known, `plan()` adds up, in bytes per process:
   by the world size under FSDP (r1/distributed.py shards all three);
 - the reference: float32 parameters, sharded, no gradients, no optimizer;
 - with model.lora_rank > 0 (r1/lora.py) instead: the frozen base once
-  (bfloat16 on CUDA, float32 on the CPU), no gradients or moments for it;
+  (bfloat16 on CUDA, float32 on the CPU; whole on every rank: FSDP shards
+  only what trains), no gradients or moments for it;
   16 bytes a parameter for the adapters (and the critic's value head); no
   reference (the base with adapters off); the generator always a merged copy;
 - the generator's copy: full (unsharded) parameters in the rollout dtype on
@@ -417,10 +418,10 @@ LORA_HINT_RANK = 16
 
 
 def _lora_hint(cfg, mc, world, device_type, capacity, device) -> str:
-    """When full fine-tuning is refused on one process and LoRA would fit: say so, with its plan's peak."""
+    """When full fine-tuning is refused and LoRA would fit: say so, with its plan's peak."""
     import copy
 
-    if cfg.model.lora_rank or world > 1 or cfg.train.steps == 0 or cfg.train.stage != "rl" or \
+    if cfg.model.lora_rank or cfg.train.steps == 0 or cfg.train.stage != "rl" or \
             cfg.model.critic_path or cfg.model.ref_path:
         return ""
     alt = copy.deepcopy(cfg)
