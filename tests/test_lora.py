@@ -170,6 +170,14 @@ def test_run_checkpoints_adapters_only_exports_merged_and_peft(tmp_path):
     assert lines[-1]["kl_ref"] != 0  # the reference is the base: adapters that moved make a KL
     policy = trainer.learner.policy
     assert any(p.abs().sum() > 0 for n, p in policy.named_parameters() if n.endswith("lora_B"))
+    # the generator is a copy holding the merged weights, which the refresh before every rollout rewrites
+    gen = trainer.actor.model
+    assert gen is not policy and not any(isinstance(m, lora.LoRALinear) for m in gen.modules())
+    merged = lora.merge(policy.state_dict(), cfg.model.lora_alpha / cfg.model.lora_rank)
+    stale = [k for k, v in gen.state_dict().items() if not torch.equal(v, merged[k])]
+    assert stale  # the last update came after the last rollout
+    trainer.actor.refresh(policy)
+    assert all(torch.equal(v, merged[k]) for k, v in gen.state_dict().items())
     # the checkpoint holds what trains: adapters, value head, their optimizers; no base weight
     from torch.distributed.checkpoint import FileSystemReader
 
