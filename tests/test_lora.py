@@ -221,12 +221,13 @@ def test_run_checkpoints_adapters_only_exports_merged_and_peft(tmp_path):
     assert (before - theirs).abs().max() > 1e-5  # the adapters were read, not left at zero
 
 
-def test_resume_reproduces_uninterrupted_lora_run(tmp_path):
+def test_resume_reproduces_uninterrupted_lora_run(tmp_path, capsys):
     straight, split = str(tmp_path / "straight"), str(tmp_path / "split")
     base = ["--config", SMOKE, *TINY, *LORA, "model.lora_dropout=0.1", "log.tensorboard=false"]
     train.main(base + [f"run.dir={straight}", "train.steps=4"])
     train.main(base + [f"run.dir={split}", "train.steps=2"])
     train.main(base + [f"run.dir={split}", "train.steps=4", "run.resume=true"])
+    assert f"LoRA adapters in {os.path.join(split, 'adapter')}" in capsys.readouterr().out
     a, b = read_metrics(straight), read_metrics(split)
     assert [m["iter"] for m in b] == [1, 2, 3, 4]
     assert [comparable(m) for m in a] == [comparable(m) for m in b]
