@@ -87,7 +87,7 @@ def test_forward_is_base_plus_scaled_low_rank_float64():
         assert torch.equal(layer(x), base(x))
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
 def test_one_base_shared_by_policy_critic_and_reference(arch):
     cfg, policy, critic, ref = tiny_models(["model.lora_targets=[q_proj,v_proj,down_proj]"], arch=arch)
     assert ref is None  # no reference model: the Learner runs the policy with adapters off
@@ -152,6 +152,42 @@ def test_merged_generator_matches_adapter_path():
         torch.testing.assert_close(logprob_entropy(h, policy.head_weight, ids[1:])[0], a)
     h = policy.hidden(ids, pos, cu, mx)[sel]  # building a graph (the update): dropout on the adapters' input
     assert (logprob_entropy(h, policy.head_weight, ids[1:])[0].detach() - a).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3"])
+def test_untied_model_exports_merged_and_peft_to_the_same_logits(tmp_path, arch):
+    """The 7B and 14B shapes have their own LM head (untied), which stays frozen and out of the adapters."""
+    from transformers import AutoModelForCausalLM
+
+    peft = pytest.importorskip("peft", reason="peft is a test-only dependency (requirements-dev.txt)")
+    torch.manual_seed(0)
+    mc = tiny_config(arch, tie=False, vocab_size=128, num_layers=2)
+    from r1.model import Transformer
+
+    policy = Transformer(mc)
+    for name, p in policy.named_parameters():
+        if p.dim() == 2:
+            torch.nn.init.normal_(p, std=0.05)
+    base_dir, adapter = str(tmp_path / "base"), str(tmp_path / "adapter")
+    policy.save_pretrained(base_dir)
+    lora.freeze_base(lora.add_adapters(policy, 4, 8.0, ["q_proj", "o_proj", "up_proj", "down_proj"]))
+    randomize_adapters(policy)
+    assert not policy.lm_head.weight.requires_grad
+    state = policy.state_dict()
+    lora.save_peft(state, adapter, 4, 8.0, 0.0, ["q_proj", "o_proj", "up_proj", "down_proj"], base_dir)
+    merged_dir = str(tmp_path / "merged")
+    plain = Transformer(mc)
+    plain.load_state_dict(lora.merge(state, 2.0))
+    plain.save_pretrained(merged_dir)
+    ids = torch.randint(0, 128, (2, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ours = policy(ids)
+        merged = AutoModelForCausalLM.from_pretrained(merged_dir, dtype=torch.float32).eval()(ids).logits
+        hf_base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32).eval()
+        before = hf_base(ids).logits.clone()
+        theirs = peft.PeftModel.from_pretrained(hf_base, adapter).eval()(ids).logits
+    assert (ours - merged).abs().max() < 1e-4 and (ours - theirs).abs().max() < 1e-4
+    assert (before - theirs).abs().max() > 1e-3
 
 
 def test_run_checkpoints_adapters_only_exports_merged_and_peft(tmp_path):
