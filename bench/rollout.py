@@ -27,6 +27,12 @@ SHAPES = {
     "3b": ModelConfig(arch="qwen2", vocab_size=151936, hidden_size=2048, intermediate_size=11008, num_layers=36,
                       num_heads=16, num_kv_heads=2, head_dim=128, rope_theta=1e6, rms_eps=1e-6, tie_embeddings=True,
                       qkv_bias=True),
+    "7b": ModelConfig(arch="qwen2", vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_layers=28,
+                      num_heads=28, num_kv_heads=4, head_dim=128, rope_theta=1e6, rms_eps=1e-6, tie_embeddings=False,
+                      qkv_bias=True),
+    "14b": ModelConfig(arch="qwen2", vocab_size=152064, hidden_size=5120, intermediate_size=13824, num_layers=48,
+                       num_heads=40, num_kv_heads=8, head_dim=128, rope_theta=1e6, rms_eps=1e-6, tie_embeddings=False,
+                       qkv_bias=True),
     "135m": ModelConfig(arch="llama", vocab_size=49152, hidden_size=576, intermediate_size=1536, num_layers=30,
                         num_heads=9, num_kv_heads=3, head_dim=64, rope_theta=1e5, rms_eps=1e-5, tie_embeddings=True),
 }

@@ -9,12 +9,14 @@ eval.py builds an actor alone (`standalone`) on model.path.
 The generator's model is the policy itself on one float32 process; on a GPU
 or under FSDP it is a full copy in the rollout dtype, which `refresh`
 overwrites from the policy's full weights before every use: never stale.
+A LoRA policy (r1/lora.py) always gets such a copy, holding its merged
+weights W + scale * B @ A.
 """
 from __future__ import annotations
 
 import torch
 
-from r1 import distributed
+from r1 import distributed, lora
 from r1.config import Config
 from r1.generate import Generator, Sampling
 from r1.rollout import AgentEnvLoop
@@ -25,7 +27,7 @@ from r1.tasks.registry import make_env
 def generator_model(cfg: Config, tok, d, dtype: torch.dtype, policy=None):
     """The generator's model: `policy` itself on one float32 process; otherwise model.path built in the
     rollout dtype, without gradients (with a policy: a copy that `Actor.refresh` keeps current)."""
-    if policy is not None and d.world == 1 and dtype == torch.float32:
+    if policy is not None and d.world == 1 and dtype == torch.float32 and not cfg.model.lora_rank:
         return policy
     model = build_model(cfg.model.path, cfg, tok, d.device, seed=cfg.run.seed).to(dtype).eval()
     model.requires_grad_(False)
@@ -48,6 +50,13 @@ class Actor:
         if policy is self.model:
             return
         full = distributed.full_state_dict(policy)
+        m = self.cfg.model
+        if m.lora_rank:  # the generator runs the merged weights (one matmul per projection), merged one at a time
+            target = self.model.state_dict()
+            with torch.no_grad():
+                for k, v in lora.merged_items(full, m.lora_alpha / m.lora_rank):
+                    target[k].copy_(v)
+            return
         with torch.no_grad():
             for k, v in self.model.state_dict().items():
                 v.copy_(full[k])

@@ -25,7 +25,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint._traverse import set_element
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
 from r1.atomic import describe_os_error, fsync_dir, fsync_file, write_text
 from r1.distributed import all_max, barrier
@@ -87,15 +87,23 @@ def _quiet():
         logging.disable(before)
 
 
+def _options(model) -> StateDictOptions | None:
+    """A model with frozen parameters (LoRA's shared base, r1/lora.py) saves and loads only what trains:
+    the base is model.path's, read again at start-up; nothing to do with it here."""
+    if all(p.requires_grad for p in model.parameters()):
+        return None
+    return StateDictOptions(ignore_frozen_params=True, strict=False)
+
+
 def _state(models: dict, optims: dict, scheds: dict) -> dict:
     state = {"extra": {}}
     for name, model in models.items():
         opt = optims.get(name)
         if opt is not None:
-            msd, osd = get_state_dict(model, opt)
+            msd, osd = get_state_dict(model, opt, options=_options(model))
             state[f"optim.{name}"] = osd
         else:
-            msd, _ = get_state_dict(model, [])
+            msd, _ = get_state_dict(model, [], options=_options(model))
         state[f"model.{name}"] = msd
     for name, s in scheds.items():
         state["extra"][f"sched.{name}"] = s.state_dict()
@@ -309,7 +317,7 @@ def load(path: str, models: dict, optims: dict, scheds: dict, d, verified: bool 
     for name, model in models.items():
         opt = optims.get(name)
         set_state_dict(model, opt if opt is not None else [], model_state_dict=state[f"model.{name}"],
-                       optim_state_dict=state.get(f"optim.{name}", {}))
+                       optim_state_dict=state.get(f"optim.{name}", {}), options=_options(model))
     for name, s in scheds.items():
         s.load_state_dict(state["extra"][f"sched.{name}"])
     rng = os.path.join(path, f"rng_rank{d.rank}.pt")

@@ -36,6 +36,7 @@ from r1.algos.policy_losses import POLICY_LOSSES
 from r1.algos.reward_norm import MODES as REWARD_NORM_MODES
 from r1.envs.context import CONTEXT_POLICIES
 from r1.envs.rewards import REWARDS
+from r1.lora import TARGETS as LORA_TARGETS, check_targets
 
 
 class ConfigError(ValueError):
@@ -99,6 +100,16 @@ class Model:
     """Critic initialisation: None = the policy's weights (with a fresh value head)."""
     ref_path: str | None = None
     """Reference policy for KL: None = the initial policy weights."""
+    lora_rank: int = 0
+    """LoRA (r1/lora.py): 0 = full fine-tuning; r > 0 = train rank-r adapters over one frozen base shared by the
+    policy, the critic (its own adapters and value head) and the reference (the base: adapters off)."""
+    lora_alpha: float = 16.0
+    """LoRA scale numerator: the adapters' output is multiplied by lora_alpha / lora_rank."""
+    lora_targets: list[str] = field(default_factory=lambda: list(LORA_TARGETS))
+    """The projections that get adapters, in every block: any of q_proj, k_proj, v_proj, o_proj, gate_proj,
+    up_proj, down_proj."""
+    lora_dropout: float = 0.0
+    """Dropout on the adapters' input during the update (never while scoring or sampling)."""
 
 
 @dataclass
@@ -343,7 +354,8 @@ AUTO_ZERO = ("rollout.slots", "train.micro_tokens", "rollout.sync_every")
 
 # Inclusive (low, high) bounds, None = open. Strict bounds and rules over two keys are in validate().
 BOUNDS = {
-    "model.tiny_layers": (1, None), "model.tiny_hidden": (1, None),
+    "model.tiny_layers": (1, None), "model.tiny_hidden": (1, None), "model.lora_rank": (0, None),
+    "model.lora_dropout": (0.0, 0.99),
     "data.level": (1, None), "data.train_size": (0, None), "data.test_size": (0, None),
     "data.val_size": (0, None), "data.sft_level": (0, None),
     "env.max_steps": (1, None), "env.max_context": (1, None), "env.malformed_penalty": (None, 0.0),
@@ -656,6 +668,7 @@ def validate(cfg: Config, origin: dict | None = None):
         fail("rollout.top_p", "in (0, 1]")
     if cfg.algo.log_ratio_clamp <= 0:
         fail("algo.log_ratio_clamp", "> 0")
+    _validate_lora(cfg, name, fail)
     if 0 < cfg.algo.dual_clip <= 1:
         fail("algo.dual_clip", "0 (off) or > 1")
     from r1.tasks.registry import get_task, task_tools  # stdlib only; imports the user's task module, if named
@@ -719,6 +732,28 @@ def _validate_rewards(cfg: Config, task, name):
             by = r.paid_by or (f"the {' / '.join(payers)} task" if payers else "tasks listing it in Task.rewards")
             raise ConfigError(f"config key {name(shown)} is paid by {by} only; "
                               f"data.task={cfg.data.task} would ignore it (set it to 0)")
+
+
+def _validate_lora(cfg: Config, name, fail):
+    """The model.lora_* rules: known target names; keys that LoRA's one shared base cannot honour."""
+    m = cfg.model
+    unknown = check_targets(m.lora_targets)
+    if unknown:
+        raise ConfigError(f"config key {name('model.lora_targets')}: unknown projection {unknown[0]!r}; "
+                          f"known: {', '.join(LORA_TARGETS)}")
+    if not m.lora_rank:
+        return
+    if not m.lora_targets:
+        fail("model.lora_targets", "at least one projection when model.lora_rank > 0")
+    if not m.lora_alpha > 0:
+        fail("model.lora_alpha", "> 0 when model.lora_rank > 0")
+    if cfg.train.stage == "sft" or cfg.train.sft_steps:
+        raise ConfigError(f"config key {name('model.lora_rank')}: LoRA trains the RL stage only; SFT (train.stage=sft, "
+                          f"train.sft_steps) trains every weight: set model.lora_rank=0 for it")
+    for key in ("model.critic_path", "model.ref_path"):
+        if get(cfg, key):
+            raise ConfigError(f"config key {name(key)}: with model.lora_rank > 0 the critic and the reference "
+                              f"share the policy's frozen base; unset it (or set model.lora_rank=0)")
 
 
 def _validate_algo(cfg: Config, origin: dict, name, fail):

@@ -16,7 +16,7 @@ import shutil
 from dataclasses import dataclass, field
 
 from r1.config import Config, ConfigError
-from r1.memory import GiB, param_count, roles, rollout_dtype_bytes
+from r1.memory import GiB, lora_param_count, lora_shapes, param_count, roles, rollout_dtype_bytes
 
 ENTRY_BYTES = 2048  # a tensor a rank writes: torch.save's header in the .distcp file (~1.6 KB) and its .metadata entry
 STATE_ENTRIES = 20  # an optimizer's parameter-group fields and a scheduler's, stored as byte items by DCP
@@ -47,12 +47,33 @@ def model_checkpoint_bytes(mc, world: int, value_head: bool = False) -> int:
     return 12 * param_count(mc, value_head) + 4 * t + ENTRY_BYTES * (4 * t * world + STATE_ENTRIES)
 
 
+def lora_checkpoint_bytes(mc, rank: int, targets, world: int, value_head: bool = False) -> int:
+    """One LoRA model in a checkpoint (r1/checkpoint.py saves what trains): its adapters (and the critic's
+    value head: weight and bias), 12 bytes a parameter and the same per-tensor costs as above."""
+    t = 2 * mc.num_layers * len(lora_shapes(mc, targets)) + (2 if value_head else 0)
+    n = lora_param_count(mc, rank, targets) + (mc.hidden_size + 1 if value_head else 0)
+    return 12 * n + 4 * t + ENTRY_BYTES * (4 * t * world + STATE_ENTRIES)
+
+
 def checkpoint_bytes(cfg: Config, mc, world: int) -> int:
     """Bytes of one checkpoint folder of this run: the policy, the critic if the run trains one."""
+    m = cfg.model
+    if m.lora_rank:
+        n = lora_checkpoint_bytes(mc, m.lora_rank, m.lora_targets, world)
+        if roles(cfg)["critic"]:
+            n += lora_checkpoint_bytes(mc, m.lora_rank, m.lora_targets, world, value_head=True)
+        return n + FILE_BYTES * (world + 1)
     n = model_checkpoint_bytes(mc, world)
     if roles(cfg)["critic"]:
         n += model_checkpoint_bytes(mc, world, value_head=True)
     return n + FILE_BYTES * (world + 1)
+
+
+def adapter_bytes(mc, rank: int, targets) -> int:
+    """Bytes of a LoRA run's adapter/ export (r1/lora.py save_peft): float32 adapters, the safetensors
+    header, adapter_config.json."""
+    return 4 * lora_param_count(mc, rank, targets) + \
+        SAFETENSORS_ENTRY * 2 * mc.num_layers * len(lora_shapes(mc, targets)) + FILE_BYTES
 
 
 def hf_bytes(mc, dtype_size: int) -> int:
@@ -129,6 +150,9 @@ def phase(cfg: Config, mc, world: int, device_type: str, found: Found, label: st
       only after its first save). The SFT phase keeps train.keep_checkpoints
       too and, as the warm-up of an RL run, saves every 10 x checkpoint_every
       steps (r1/sft.py `warmup_config`);
+    - with model.lora_rank > 0 the checkpoint holds what trains only: the
+      adapters (and the critic's value head) with their AdamW moments; the
+      export adds adapter/ (float32 adapters) beside the merged hf/;
     - hf/: the policy in the export dtype (the rollout dtype for RL, float32
       for SFT) and the tokenizer files. The SFT phase of an RL run leaves its
       sft/hf/ for the RL phase (its checkpoints are removed), so the RL phase
@@ -143,6 +167,8 @@ def phase(cfg: Config, mc, world: int, device_type: str, found: Found, label: st
     start = newest if cfg.run.resume else 0
     n = coexisting(saves(cfg.train.steps, cfg.train.checkpoint_every, start), keep, existing)
     export = hf_bytes(mc, dtype_size) if start < cfg.train.steps else 0  # a finished run's hf/ is on disk already
+    if export and cfg.model.lora_rank:  # and adapter/ beside the merged hf/
+        export += adapter_bytes(mc, cfg.model.lora_rank, cfg.model.lora_targets)
     return Phase(label, checkpoint_bytes(cfg, mc, world), n, export, hf_name, carried)
 
 

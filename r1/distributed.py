@@ -41,8 +41,9 @@ def init(device: str = "auto") -> Dist:
     return Dist(rank, world, local, dev)
 
 
-def parallelize(model, d: Dist, activation_checkpointing: bool = False, dtype=torch.bfloat16):
-    """Wrap for training: checkpointing, then FSDP2 per block and root (world > 1 only)."""
+def parallelize(model, d: Dist, activation_checkpointing: bool = False, dtype=torch.bfloat16, ignored=None):
+    """Wrap for training: checkpointing, then FSDP2 per block and root (world > 1 only). `ignored`: parameters
+    FSDP leaves whole and untouched on every rank (LoRA's frozen base, which two models share: r1/lora.py)."""
     if activation_checkpointing:
         from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
@@ -54,6 +55,8 @@ def parallelize(model, d: Dist, activation_checkpointing: bool = False, dtype=to
 
     mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32) if d.device.type == "cuda" else None
     kw = {"mp_policy": mp} if mp is not None else {}
+    if ignored:
+        kw["ignored_params"] = ignored
     for block in model.model.layers:
         fully_shard(block, **kw)
     fully_shard(model, **kw)

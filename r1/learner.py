@@ -13,6 +13,8 @@ accumulation) normalised by counts taken over the whole mini-batch on
 every rank, so the update does not depend on how tokens are split; the
 policy loss is the r1/algos/policy_losses.POLICY_LOSSES entry; a
 non-finite loss or gradient on any rank skips the step on every rank.
+With model.lora_rank > 0 (r1/lora.py) the optimizers hold the adapters and
+the value head only, and the reference is the policy with adapters off.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from r1 import distributed
+from r1 import distributed, lora
 from r1.algos.estimators import ESTIMATORS
 from r1.algos.losses import aggregate, entropy_bonus, kl_penalty, value_loss
 from r1.algos.policy_losses import POLICY_LOSSES, PolicyInputs
@@ -37,6 +39,8 @@ def build_models(cfg: Config, tok, device) -> tuple:
     """(policy, critic or None, reference or None) in float32, built in this order from the global RNG the
     caller seeded (a pretrained critic's value head draws from it). A critic for an estimator that needs
     one (GAE), a reference for a KL term (algo.kl_coef > 0); a tiny critic or reference starts as the policy."""
+    if cfg.model.lora_rank:
+        return lora_models(cfg, tok, device)
     policy = build_model(cfg.model.path, cfg, tok, device, seed=cfg.run.seed)
     critic = ref = None
     if ESTIMATORS[cfg.algo.advantage].needs_critic:
@@ -52,6 +56,32 @@ def build_models(cfg: Config, tok, device) -> tuple:
     return policy, critic, ref
 
 
+def lora_models(cfg: Config, tok, device) -> tuple:
+    """(policy, critic or None, None) over one frozen base (r1/lora.py): the base in bfloat16 on CUDA (float32
+    on the CPU), the critic's body the same Parameter objects, adapters and value head in float32. The
+    reference is not a model: the Learner runs the policy with its adapters off."""
+    m = cfg.model
+    policy = build_model(m.path, cfg, tok, device, seed=cfg.run.seed)
+    if device.type == "cuda":
+        policy.to(torch.bfloat16)  # the frozen base: autocast computes in bf16 anyway; half the bytes
+    lora.freeze_base(policy)
+    critic = None
+    if ESTIMATORS[cfg.algo.advantage].needs_critic:
+        with torch.device("meta"):
+            critic = Transformer(policy.cfg, value_head=True)
+        lora.share_body(critic, policy)
+        critic.score = torch.nn.Linear(policy.cfg.hidden_size, 1, device=device)
+        if m.path == "tiny":  # build_model's tiny init
+            torch.nn.init.normal_(critic.score.weight, std=0.02)
+        else:  # Transformer.from_pretrained's: a zero head
+            torch.nn.init.zeros_(critic.score.weight)
+        torch.nn.init.zeros_(critic.score.bias)
+    lora.add_adapters(policy, m.lora_rank, m.lora_alpha, m.lora_targets, m.lora_dropout)
+    if critic is not None:
+        lora.add_adapters(critic, m.lora_rank, m.lora_alpha, m.lora_targets, m.lora_dropout)
+    return policy, critic, None
+
+
 class Learner:
     """The trained models with their optimizers and schedules: scoring, the update, the export."""
 
@@ -61,18 +91,23 @@ class Learner:
         optimizers. dtype: the rollout dtype, which the export uses."""
         self.cfg, self.tok, self.d, self.device, self.dtype = cfg, tok, d, d.device, dtype
         self.model_cfg = policy.cfg
-        self.policy = distributed.parallelize(policy, d, checkpointing)
-        self.critic = distributed.parallelize(critic, d, checkpointing) if critic is not None else None
+        # LoRA: FSDP shards what trains; the frozen base, one set of tensors that policy and critic share, stays
+        # whole on every rank (no gradient, no optimizer state: sharding it would split the sharing)
+        frozen = {p for m in (policy, critic) if m is not None for p in m.parameters() if not p.requires_grad}
+        self.policy = distributed.parallelize(policy, d, checkpointing, ignored=frozen)
+        self.critic = distributed.parallelize(critic, d, checkpointing, ignored=frozen) if critic is not None else None
         self.ref = distributed.parallelize(ref, d, False) if ref is not None else None
+        if cfg.model.lora_rank and cfg.algo.kl_coef > 0:
+            self.ref = lora.Reference(self.policy)  # the shared base itself: no copy
         a = cfg.algo
         total = cfg.train.steps * a.ppo_epochs * a.minibatches
-        self.opt = torch.optim.AdamW(self.policy.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay,
+        self.opt = torch.optim.AdamW(lora.trainable(self.policy), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay,
                                      betas=(0.9, 0.95))
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(cfg, total))
         self.models, self.optims, self.scheds = {"policy": self.policy}, {"policy": self.opt}, {"policy": self.sched}
         self.copt = self.csched = None
         if self.critic is not None:
-            self.copt = torch.optim.AdamW(self.critic.parameters(), lr=cfg.train.critic_lr,
+            self.copt = torch.optim.AdamW(lora.trainable(self.critic), lr=cfg.train.critic_lr,
                                           weight_decay=cfg.train.weight_decay, betas=(0.9, 0.95))
             self.csched = torch.optim.lr_scheduler.LambdaLR(self.copt, lr_lambda(cfg, total))
             self.models["critic"], self.optims["critic"], self.scheds["critic"] = self.critic, self.copt, self.csched
@@ -267,10 +302,10 @@ class Learner:
         critic = critic and self.critic is not None
         gn = cgn = None
         if policy:
-            gn = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), clip)
+            gn = torch.nn.utils.clip_grad_norm_(lora.trainable(self.policy), clip)
             gn = gn.full_tensor() if hasattr(gn, "full_tensor") else gn
         if critic:
-            cgn = torch.nn.utils.clip_grad_norm_(self.critic.parameters(), clip)
+            cgn = torch.nn.utils.clip_grad_norm_(lora.trainable(self.critic), clip)
             cgn = cgn.full_tensor() if hasattr(cgn, "full_tensor") else cgn
         finite = ok and all(bool(torch.isfinite(n)) for n in (gn, cgn) if n is not None)
         finite = float(distributed.all_sum(0.0 if finite else 1.0, self.d)) == 0.0
@@ -292,10 +327,16 @@ class Learner:
         return True
 
     def export(self):
-        """The policy as an HF folder in run.dir/hf (every rank joins the gather; rank 0 writes)."""
+        """The policy as an HF folder in run.dir/hf (every rank joins the gather; rank 0 writes); a LoRA run's
+        merged, and its adapters alone as a PEFT folder in run.dir/adapter."""
         from r1.weights import save_hf
 
         full = distributed.full_state_dict(self.policy)
+        m = self.cfg.model
+        if self.d.main and m.lora_rank:
+            lora.save_peft(full, os.path.join(self.cfg.run.dir, "adapter"), m.lora_rank, m.lora_alpha,
+                           m.lora_dropout, m.lora_targets, m.path)
+            full = lora.merge(full, m.lora_alpha / m.lora_rank)
         if self.d.main:  # in the rollout dtype (bf16 on CUDA: half the disk; transformers loads either)
             dt = self.dtype
             save_hf({k: v.detach().to(dt).cpu().contiguous() for k, v in full.items()}, self.model_cfg.to_hf(dt),

@@ -8,6 +8,11 @@ model's shape is known, `plan()` adds up, in bytes per process:
   gradients and AdamW's two float32 moments (16 bytes a parameter), divided
   by the world size under FSDP (r1/distributed.py shards all three);
 - the reference: float32 parameters, sharded, no gradients, no optimizer;
+- with model.lora_rank > 0 (r1/lora.py) instead: the frozen base once
+  (bfloat16 on CUDA, float32 on the CPU; whole on every rank: FSDP shards
+  only what trains), no gradients or moments for it;
+  16 bytes a parameter for the adapters (and the critic's value head); no
+  reference (the base with adapters off); the generator always a merged copy;
 - the generator's copy: full (unsharded) parameters in the rollout dtype on
   every rank, unless the generator runs the policy itself (one fp32 process);
 - the KV cache: (slots + 1 scratch) x cache_len x layers x 2 (k, v) x
@@ -119,6 +124,19 @@ def param_count(mc, value_head: bool = False) -> int:
     if value_head:
         return body + mc.hidden_size + 1
     return body + (0 if mc.tie_embeddings else mc.vocab_size * mc.hidden_size)
+
+
+def lora_shapes(mc, targets) -> list:
+    """(in, out) of every adapted projection of one Block (r1/lora.py TARGETS)."""
+    h, q, kv, i = mc.hidden_size, mc.num_heads * mc.head_dim, mc.num_kv_heads * mc.head_dim, mc.intermediate_size
+    shapes = {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h), "gate_proj": (h, i),
+              "up_proj": (h, i), "down_proj": (i, h)}
+    return [shapes[t] for t in shapes if t in targets]
+
+
+def lora_param_count(mc, rank: int, targets) -> int:
+    """Adapter parameters of one model: A [r, in] and B [out, r] per adapted projection and block."""
+    return mc.num_layers * sum(rank * (n_in + n_out) for n_in, n_out in lora_shapes(mc, targets))
 
 
 def kv_cache_bytes(mc, slots: int, cache_len: int, dtype_size: int) -> int:
@@ -273,22 +291,32 @@ def estimate(cfg: Config, mc, world: int, device_type: str, capacity: int, devic
     per_param = 16 if training else 4  # fp32 params (+ fp32 grads + AdamW's two fp32 moments)
     what = "params+grads+adam" if training else "params"
     items, notes = {}, {}
-    items["policy"], notes["policy"] = per_param * P // world, what + shard
-    if r["critic"]:
-        items["critic"], notes["critic"] = per_param * Pc // world, what + shard
-    if r["ref"]:
-        items["ref"], notes["ref"] = 4 * P // world, "params" + shard
-    shared = world == 1 and g == 4
+    rank = cfg.model.lora_rank if training else 0
+    A = lora_param_count(mc, rank, cfg.model.lora_targets) if rank else 0
+    if rank:  # r1/lora.py: one frozen base; adapters (and the value head) are what trains
+        items["base"], notes["base"] = (2 if device_type == "cuda" else 4) * P, "frozen, shared, reference too"
+        items["policy"], notes["policy"] = per_param * A, f"rank-{rank} adapters: params+grads+adam"
+        if r["critic"]:
+            items["critic"], notes["critic"] = per_param * (A + mc.hidden_size + 1), "adapters+value head"
+    else:
+        items["policy"], notes["policy"] = per_param * P // world, what + shard
+        if r["critic"]:
+            items["critic"], notes["critic"] = per_param * Pc // world, what + shard
+        if r["ref"]:
+            items["ref"], notes["ref"] = 4 * P // world, "params" + shard
+    shared = world == 1 and g == 4 and not rank
     if r["generator"]:
         items["generator"] = 0 if shared else g * P
-        notes["generator"] = "the policy itself" if shared else f"{'bf16' if g == 2 else 'fp32'} copy"
+        notes["generator"] = "the policy itself" if shared else f"{'bf16' if g == 2 else 'fp32'} copy" + \
+            (", merged" if rank else "")
         items["kv cache"] = kv_cache_bytes(mc, slots, cache_len, g)
         notes["kv cache"] = f"{slots} slots x {cache_len}"
     else:
         slots = 0
     if device_type == "cuda" and world == 1 and training:
-        # autocast's bf16 copies of every weight, kept for the backward of each micro-batch
-        items["autocast copies"] = 2 * max(P, Pc if r["critic"] else 0)
+        # autocast's bf16 copies of every float32 weight, kept for the backward of each micro-batch (LoRA's
+        # base is bf16 already: only the adapters are copied)
+        items["autocast copies"] = 2 * (2 * A if rank else max(P, Pc if r["critic"] else 0))
     if device_type != "cuda":
         items["runtime"] = CPU_RUNTIME
     update = 0
@@ -302,6 +330,10 @@ def estimate(cfg: Config, mc, world: int, device_type: str, capacity: int, devic
         else:
             saved = N * mc.num_layers * layer
         update = saved + N * token_extra_bytes(mc, p) + backward_bytes(mc, p, N, L, triton=device_type == "cuda")
+        if rank:  # per adapter: its [N, r] middle for B's backward; with dropout the mask and the dropped input
+            per_tok = sum(rank * p.matmul + (n_in * (1 + p.matmul) if cfg.model.lora_dropout else 0)
+                          for n_in, _ in lora_shapes(mc, cfg.model.lora_targets))
+            update += N * per_tok * (1 if checkpointing else mc.num_layers)
         if world > 1:  # FSDP: two gathered blocks (+ prefetch) and one block's unsharded gradients, the root's
             blk = layer_params(mc)
             root = mc.vocab_size * mc.hidden_size
@@ -311,6 +343,8 @@ def estimate(cfg: Config, mc, world: int, device_type: str, capacity: int, devic
         V, h, i = mc.vocab_size, mc.hidden_size, mc.intermediate_size
         qd, kd = mc.num_heads * mc.head_dim, mc.num_kv_heads * mc.head_dim
         sync = 4 * P if world > 1 else 0  # full fp32 state dict gathered on every rank (sync_rollout_weights)
+        if rank:  # merging one weight at a time: W and B @ A in float32, their sum
+            sync = 12 * max(n_in * n_out for n_in, n_out in lora_shapes(mc, cfg.model.lora_targets))
         T = min(PREFILL_TOKENS, max(1, slots) * cache_len)
         prefill = T * (4 * h * 4 + 3 * (qd + 2 * kd) * g + 3 * i * g)
         if device_type != "cuda":  # math attention: scores + probabilities of the longest sequence
@@ -331,6 +365,8 @@ def estimate(cfg: Config, mc, world: int, device_type: str, capacity: int, devic
     build = 0
     if world > 1:  # r1/learner.py builds each model whole (fp32, and the generator's copy) before sharding
         build = 4 * P * (1 + r["ref"]) + (4 * Pc if r["critic"] else 0) + (g * P if r["generator"] else 0)
+    if rank and r["generator"]:  # the generator's copy is built in float32 beside the base, then cast
+        build = items["base"] + 4 * P
     return Plan(device or device_type, capacity, world, slots, cache_len, micro_tokens, checkpointing, training,
                 items, update, rollout, build, notes)
 
@@ -368,13 +404,34 @@ def plan(cfg: Config, mc, world: int, device_type: str, capacity: int, device: s
         if choice is not None:
             break
     if choice is None:
-        raise ConfigError(_refusal(cfg, est, acs, mts, sl_fixed, training))
+        raise ConfigError(_refusal(cfg, est, acs, mts, sl_fixed, training) + _lora_hint(cfg, mc, world, device_type,
+                                                                                          capacity, device))
     ac, mt = choice
     slots = sl_fixed if sl_fixed is not None else _most_slots(lambda s: est(s, mt, ac).fits, need)
     out = est(slots, mt, ac)
     out.auto = tuple(k for k, auto in ((sl_key, sl_auto), (mt_key, mt_auto and training),
                                        (ac_key, ac_auto and training)) if auto)
     return out
+
+
+LORA_HINT_RANK = 16
+
+
+def _lora_hint(cfg, mc, world, device_type, capacity, device) -> str:
+    """When full fine-tuning is refused and LoRA would fit: say so, with its plan's peak."""
+    import copy
+
+    if cfg.model.lora_rank or cfg.train.steps == 0 or cfg.train.stage != "rl" or \
+            cfg.model.critic_path or cfg.model.ref_path:
+        return ""
+    alt = copy.deepcopy(cfg)
+    alt.model.lora_rank, alt.train.sft_steps = LORA_HINT_RANK, 0  # LoRA trains the RL stage only
+    try:
+        fit = plan(alt, mc, world, device_type, capacity, device)
+    except ConfigError:
+        return ""
+    keys = f"model.lora_rank={LORA_HINT_RANK}" + (" train.sft_steps=0" if cfg.train.sft_steps else "")
+    return f"; or train LoRA adapters over a frozen base: set {keys} (peak {_gib(fit.total)})"
 
 
 def _most_slots(fits, cap: int) -> int:

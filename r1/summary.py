@@ -61,6 +61,9 @@ def summarize_run(run_dir: str, config_path: str | None = None) -> list[str]:
             lines.append(f"held-out accuracy: {_fmt(b['eval_accuracy'], True)} {when(b)}")
     if os.path.isdir(os.path.join(run_dir, "hf")):
         lines.append(f"policy exported to {os.path.join(run_dir, 'hf')} (loads with transformers)")
+    if os.path.isdir(os.path.join(run_dir, "adapter")):  # a LoRA run (r1/lora.py)
+        lines.append(f"LoRA adapters in {os.path.join(run_dir, 'adapter')} (peft.PeftModel.from_pretrained over the "
+                     f"base model.path)")
     # the run's own resolved config: the eval hint keeps every override the run was given
     cfg = config_path or os.path.join(run_dir, "config.yaml")
     lines += ["next:",

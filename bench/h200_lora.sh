@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# LoRA (issue 30) on one H200 host: peak memory and iteration time of PPO with critic and reference at
+# configs/gsm8k_tool.yaml's batch, full fine-tuning (rank 0, the peer) against rank-16 adapters over one
+# frozen base, on random weights of Qwen2.5 shapes (bench/lora.py says what each run is).
+#
+#   bench/h200_lora.sh                       # 3B: rank 0 and 16; 7B: rank 0 (expected: refused by the
+#                                            # memory plan, recorded as completed false) and 16; 14B: rank 16
+#   env: GPUS (default 1; 2 runs the same under torchrun), STEPS (default 3), SHAPES_RANKS (pairs shape:ranks),
+#        TOK (a SmolLM2 tokenizer folder: python -c "from r1.tokenizer import load_tokenizer;
+#        load_tokenizer('smollm2-135m-instruct').hf.save_pretrained('.stage/smol_tok')"),
+#        OUT (default bench/results/lora_h200.json; one JSON line per run is appended)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+GPUS=${GPUS:-1}; STEPS=${STEPS:-3}; TOK=${TOK:-.stage/smol_tok}
+OUT=${OUT:-bench/results/lora_h200.json}
+SHAPES_RANKS=${SHAPES_RANKS:-"3b:0,16 7b:0,16 14b:16"}
+[ -d "$TOK" ] || python -c "from r1.tokenizer import load_tokenizer; load_tokenizer('smollm2-135m-instruct').hf.save_pretrained('$TOK')"
+python -m pytest -q tests/test_lora.py  # the CPU proofs first, on this machine's torch
+for pair in $SHAPES_RANKS; do
+  python bench/lora.py --shapes "${pair%%:*}" --ranks "${pair##*:}" --gpus "$GPUS" --steps "$STEPS" \
+    --tokenizer "$TOK" --out "$OUT"
+done

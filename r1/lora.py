@@ -1,0 +1,175 @@
+"""LoRA: low-rank adapters on the projections of one frozen base that policy, critic and reference share.
+
+With model.lora_rank > 0 a run holds the base weights once, frozen
+(requires_grad False; bfloat16 on CUDA, the run's float32 on the CPU):
+
+- the policy is the base with its adapters on chosen projections
+  (model.lora_targets): y = x W^T + b + scale * dropout(x) A^T B^T,
+  scale = lora_alpha / lora_rank, A [r, in] kaiming-uniform as PEFT
+  draws it, B [out, r] zero, so step 0 is the base exactly;
+- the critic is a second Transformer whose body parameters are the very
+  same Parameter objects as the policy's (no second copy), with its own
+  adapters and value head;
+- the reference is the policy with its adapters switched off (`Reference`),
+  so a KL term costs no copy at all.
+
+An adapted projection stays an nn.Linear (`LoRALinear` subclasses it), so
+the base keeps Hugging Face's names (`...q_proj.weight`) and the adapters
+add `...q_proj.lora_A` and `...q_proj.lora_B`: a state dict filtered by
+requires_grad is what a checkpoint holds, `merge` folds the adapters into
+the weights for the generator and the hf/ export, and `peft_state` renames
+them to what `peft.PeftModel.from_pretrained` reads. Dropout applies only
+to forwards that build a graph (the update), never to scoring or sampling,
+so old logprobs and the generator's agree with the adapter path. Under
+torchrun FSDP2 shards the adapters and value head and leaves the base alone
+(r1/distributed.py parallelize's `ignored`): whole on every rank, shared.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+class LoRALinear(nn.Linear):
+    """A frozen nn.Linear (its Parameters, shared as they are) plus trainable A [r, in] and B [out, r]."""
+
+    def __init__(self, base: nn.Linear, rank: int, alpha: float, dropout: float):
+        nn.Module.__init__(self)
+        self.in_features, self.out_features = base.in_features, base.out_features
+        self.weight, self.bias = base.weight, base.bias  # the same Parameter objects: nothing copied
+        dev = base.weight.device
+        self.lora_A = nn.Parameter(torch.empty(rank, self.in_features, device=dev))
+        self.lora_B = nn.Parameter(torch.zeros(self.out_features, rank, device=dev))
+        nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))  # PEFT's init of lora_A
+        self.scale = alpha / rank
+        self.dropout = dropout
+        self.off = False  # set by adapters_off: the base alone
+
+    def forward(self, x):
+        out = F.linear(x, self.weight, self.bias)
+        if self.off:
+            return out
+        h = x
+        if self.dropout and self.training and torch.is_grad_enabled():
+            h = F.dropout(h, self.dropout, training=True)
+        if not torch.is_autocast_enabled(x.device.type):  # without autocast: adapters keep their own dtype
+            h = h.to(self.lora_A.dtype)
+        return out + (F.linear(F.linear(h, self.lora_A), self.lora_B) * self.scale).to(out.dtype)
+
+
+def check_targets(targets) -> list:
+    """The unknown names in `targets` (config validation names the key)."""
+    return [t for t in targets if t not in TARGETS]
+
+
+def add_adapters(model, rank: int, alpha: float, targets, dropout: float = 0.0):
+    """Replace each targeted projection of every block by a LoRALinear over the same weights; draws A from
+    the global RNG, block by block in TARGETS order. Returns the model."""
+    for layer in model.model.layers:
+        for parent in (layer.self_attn, layer.mlp):
+            for name in TARGETS:
+                if name in targets and hasattr(parent, name):
+                    setattr(parent, name, LoRALinear(getattr(parent, name), rank, alpha, dropout))
+    return model
+
+
+def freeze_base(model):
+    """requires_grad False for every parameter that is not an adapter (nor a value head)."""
+    for name, p in model.named_parameters():
+        if not (name.endswith(("lora_A", "lora_B")) or name.startswith("score.")):
+            p.requires_grad_(False)
+    return model
+
+
+def share_body(critic, policy):
+    """Point every parameter of the critic's body at the policy's same Parameter object (before adapters:
+    both bodies have the same modules and names). The critic's own body storage, if any, is dropped."""
+    src = dict(policy.model.named_modules())
+    for name, module in critic.model.named_modules():
+        for pname in list(module._parameters):
+            if module._parameters[pname] is not None:
+                module._parameters[pname] = src[name]._parameters[pname]
+    return critic
+
+
+def trainable(model) -> list:
+    """The parameters an optimizer steps: every one for full fine-tuning, adapters (+ value head) for LoRA."""
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+@contextlib.contextmanager
+def adapters_off(model):
+    """Within: `model` computes with its base weights alone."""
+    mods = [m for m in model.modules() if isinstance(m, LoRALinear)]
+    for m in mods:
+        m.off = True
+    try:
+        yield
+    finally:
+        for m in mods:
+            m.off = False
+
+
+class Reference:
+    """The reference policy of a LoRA run: the policy with its adapters off (the frozen base, no copy)."""
+
+    def __init__(self, policy):
+        self.policy = policy
+
+    def __call__(self, *args, **kw):
+        with adapters_off(self.policy):
+            return self.policy(*args, **kw)
+
+
+def merged_items(state: dict, scale: float):
+    """(key, tensor) of the plain state dict, one at a time: W + scale * B @ A (in float32, back in W's dtype)
+    for every projection with `X.lora_A`/`X.lora_B`, the adapter keys dropped. One at a time so that the
+    generator's refresh holds one merged matrix beside the models, not a second model."""
+    for k, v in state.items():
+        if k.endswith((".lora_A", ".lora_B")):
+            continue
+        prefix = k[:-len(".weight")]
+        if k.endswith(".weight") and prefix + ".lora_A" in state:
+            delta = state[prefix + ".lora_B"].float() @ state[prefix + ".lora_A"].float()
+            v = (v.float() + scale * delta).to(v.dtype)
+        yield k, v
+
+
+def merge(state: dict, scale: float) -> dict:
+    """The plain state dict of a state dict with adapters (merged_items, all at once). Pure."""
+    return dict(merged_items(state, scale))
+
+
+def peft_state(state: dict) -> dict:
+    """The adapters of a full state dict under PEFT's names (base_model.model.X.lora_A.weight)."""
+    return {f"base_model.model.{k}.weight": v for k, v in state.items() if k.endswith((".lora_A", ".lora_B"))}
+
+
+def save_peft(state: dict, folder: str, rank: int, alpha: float, dropout: float, targets, base: str):
+    """Write a PEFT adapter folder (adapter_config.json + adapter_model.safetensors) from a full state dict,
+    written into a temporary sibling and renamed into place like r1/weights.py save_hf."""
+    import shutil
+
+    from safetensors.torch import save_file
+
+    config = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": rank, "lora_alpha": alpha,
+              "lora_dropout": dropout, "target_modules": sorted(targets), "bias": "none", "fan_in_fan_out": False,
+              "base_model_name_or_path": base, "inference_mode": True, "init_lora_weights": True,
+              "use_rslora": False, "use_dora": False, "modules_to_save": None}
+    tmp = folder.rstrip("/") + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    tensors = {k: v.detach().float().cpu().contiguous() for k, v in peft_state(state).items()}
+    save_file(tensors, os.path.join(tmp, "adapter_model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(tmp, "adapter_config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=1)
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(tmp, folder)

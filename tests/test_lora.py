@@ -1,0 +1,361 @@
+"""LoRA over one frozen base (r1/lora.py): the maths, the sharing, the generator, checkpoints and exports.
+
+Unit tests build tiny random models directly; the end-to-end ones run the
+smoke config shrunk as tests/test_trainer.py does, with model.lora_rank=4.
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import train
+from kernels.logprob import logprob_entropy
+from r1 import disk, lora, memory
+from r1.config import ConfigError, load_config
+from r1.learner import lora_models
+from r1.model import ModelConfig, pack, tiny_config
+from r1.run import build_model
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SMOKE = os.path.join(ROOT, "configs", "smoke.yaml")
+TINY = ["rollout.prompts=2", "rollout.n=2", "rollout.max_new_tokens=8", "data.train_size=16", "data.test_size=4"]
+LORA = ["model.lora_rank=4", "model.lora_alpha=8"]
+FAKE_TOK = SimpleNamespace(hf=[0] * 256, eos_id=1)  # what build_model reads of a tokenizer for model.path=tiny
+
+
+def read_metrics(run_dir):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def comparable(line):
+    return {k: v for k, v in line.items() if not k.startswith(("time_", "peak_mem")) and not k.endswith("_tok_s")}
+
+
+def tiny_models(extra=(), arch="llama"):
+    cfg = load_config(SMOKE, [*LORA, f"model.arch={arch}", *extra])
+    torch.manual_seed(0)
+    policy, critic, ref = lora_models(cfg, FAKE_TOK, torch.device("cpu"))
+    return cfg, policy, critic, ref
+
+
+def randomize_adapters(model, seed=1):
+    """B is zero at init: give it values, as training would, so the adapters change the output."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("lora_B"):
+                p.copy_(torch.randn(p.shape, generator=g) * 0.05)
+
+
+def test_config_keys_are_checked():
+    with pytest.raises(ConfigError, match="model.lora_targets.*unknown projection 'qkv'"):
+        load_config(SMOKE, ["model.lora_targets=[q_proj,qkv]"])
+    with pytest.raises(ConfigError, match="model.lora_rank"):
+        load_config(SMOKE, ["model.lora_rank=-2"])
+    with pytest.raises(ConfigError, match="model.lora_dropout"):
+        load_config(SMOKE, ["model.lora_dropout=1.5"])
+    with pytest.raises(ConfigError, match="model.ref_path.*share the policy's frozen base"):
+        load_config(SMOKE, [*LORA, "model.ref_path=smollm2-135m-instruct"])
+    with pytest.raises(ConfigError, match="model.lora_targets"):
+        load_config(SMOKE, [*LORA, "model.lora_targets=[]"])
+    with pytest.raises(ConfigError, match="model.lora_rank.*RL stage only"):
+        load_config(SMOKE, [*LORA, "train.stage=sft"])
+    assert load_config(SMOKE).model.lora_rank == 0  # full fine-tuning by default
+
+
+def test_forward_is_base_plus_scaled_low_rank_float64():
+    torch.manual_seed(0)
+    base = torch.nn.Linear(12, 7, bias=True).double()
+    layer = lora.LoRALinear(base, rank=3, alpha=6.0, dropout=0.0).double()
+    x = torch.randn(5, 12, dtype=torch.float64)
+    assert torch.equal(layer(x), base(x))  # B = 0: step 0 is the base exactly
+    with torch.no_grad():
+        layer.lora_B.copy_(torch.randn(7, 3, dtype=torch.float64))
+    want = x @ base.weight.T + base.bias + 2.0 * x @ (layer.lora_B @ layer.lora_A).T
+    torch.testing.assert_close(layer(x), want, rtol=1e-12, atol=1e-12)
+    assert layer.weight is base.weight  # the base Parameter itself, not a copy
+    bound = 1 / 12 ** 0.5  # kaiming_uniform(a=sqrt(5)) as PEFT draws lora_A: U(-1/sqrt(in), 1/sqrt(in))
+    assert layer.lora_A.abs().max() <= bound and layer.lora_A.abs().max() > bound / 2
+    with lora.adapters_off(layer):
+        assert torch.equal(layer(x), base(x))
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
+def test_one_base_shared_by_policy_critic_and_reference(arch):
+    cfg, policy, critic, ref = tiny_models(["model.lora_targets=[q_proj,v_proj,down_proj]"], arch=arch)
+    assert ref is None  # no reference model: the Learner runs the policy with adapters off
+    body_p, body_c = dict(policy.model.named_parameters()), dict(critic.model.named_parameters())
+    base_keys = [k for k in body_p if "lora_" not in k]
+    assert base_keys and all(body_p[k].data_ptr() == body_c[k].data_ptr() for k in base_keys)
+    assert all(body_p[k] is body_c[k] for k in base_keys)
+    adapters = [k for k in body_p if "lora_" in k]
+    assert len(adapters) == 2 * 3 * cfg.model.tiny_layers
+    assert all(body_p[k].data_ptr() != body_c[k].data_ptr() for k in adapters)  # each model its own adapters
+    adapters = {"model." + k for k in adapters}
+    assert {k for k, p in policy.named_parameters() if p.requires_grad} == adapters
+    assert {k for k, p in critic.named_parameters() if p.requires_grad} == adapters | {"score.weight", "score.bias"}
+    # the base is the seeded tiny model: the reference (adapters off) computes exactly its logits
+    torch.manual_seed(0)
+    plain = build_model("tiny", cfg, FAKE_TOK, torch.device("cpu"), seed=cfg.run.seed)
+    ids = torch.randint(0, 256, (2, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(policy(ids), plain(ids))  # B = 0 at step 0
+        randomize_adapters(policy)
+        assert not torch.allclose(policy(ids), plain(ids))
+        assert torch.equal(lora.Reference(policy)(ids), plain(ids))
+        assert not torch.allclose(policy(ids), plain(ids))  # the adapters come back on
+
+
+def test_gradients_reach_only_adapters_and_value_head():
+    cfg, policy, critic, _ = tiny_models(["model.lora_dropout=0.1"])
+    randomize_adapters(policy)
+    ids, pos, cu, mx = pack([[3, 5, 7, 9, 11], [2, 4, 6]])
+    sel = torch.arange(ids.numel() - 1)
+    logp, ent = policy(ids, pos, cu, mx, sel=sel, targets=ids[1:])
+    (logp.sum() + ent.sum()).backward()
+    critic(ids, pos, cu, mx).sum().backward()
+    for model in (policy, critic):
+        for name, p in model.named_parameters():
+            trains = "lora_" in name or name.startswith("score.")
+            assert (p.grad is not None) == trains, name
+            if trains and not (model is critic and "lora_A" in name):  # critic B = 0: A's gradient is 0
+                assert p.grad.abs().sum() > 0, name
+
+
+def test_merged_generator_matches_adapter_path():
+    """The sampler-trainer gap: the generator's merged weights score tokens as the adapter path does."""
+    cfg, policy, _, _ = tiny_models(["model.lora_dropout=0.2"])
+    randomize_adapters(policy)
+    gen = build_model("tiny", cfg, FAKE_TOK, torch.device("cpu"), seed=cfg.run.seed).eval()
+    merged = lora.merge(policy.state_dict(), cfg.model.lora_alpha / cfg.model.lora_rank)
+    assert merged.keys() == gen.state_dict().keys()
+    gen.load_state_dict(merged)
+    seqs = [[3, 5, 7, 9, 11, 13, 2], [2, 4, 6, 8]]
+    ids, pos, cu, mx = pack(seqs)
+    sel = torch.arange(ids.numel() - 1)
+    with torch.no_grad():  # dropout only under a graph: scoring is deterministic
+        a, _ = policy(ids, pos, cu, mx, sel=sel, targets=ids[1:])
+        b, _ = gen(ids, pos, cu, mx, sel=sel, targets=ids[1:])
+        base = build_model("tiny", cfg, FAKE_TOK, torch.device("cpu"), seed=cfg.run.seed)
+        c, _ = base(ids, pos, cu, mx, sel=sel, targets=ids[1:])
+    assert (a - b).abs().max() < 2e-5
+    assert (a - c).abs().max() > 1e-3  # the adapters matter: the check above is not the base against itself
+    with torch.no_grad():
+        h = policy.hidden(ids, pos, cu, mx)[sel]
+        torch.testing.assert_close(logprob_entropy(h, policy.head_weight, ids[1:])[0], a)
+    h = policy.hidden(ids, pos, cu, mx)[sel]  # building a graph (the update): dropout on the adapters' input
+    assert (logprob_entropy(h, policy.head_weight, ids[1:])[0].detach() - a).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3"])
+def test_untied_model_exports_merged_and_peft_to_the_same_logits(tmp_path, arch):
+    """The 7B and 14B shapes have their own LM head (untied), which stays frozen and out of the adapters."""
+    from transformers import AutoModelForCausalLM
+
+    peft = pytest.importorskip("peft", reason="peft is a test-only dependency (requirements-dev.txt)")
+    torch.manual_seed(0)
+    mc = tiny_config(arch, tie=False, vocab_size=128, num_layers=2)
+    from r1.model import Transformer
+
+    policy = Transformer(mc)
+    for name, p in policy.named_parameters():
+        if p.dim() == 2:
+            torch.nn.init.normal_(p, std=0.05)
+    base_dir, adapter = str(tmp_path / "base"), str(tmp_path / "adapter")
+    policy.save_pretrained(base_dir)
+    lora.freeze_base(lora.add_adapters(policy, 4, 8.0, ["q_proj", "o_proj", "up_proj", "down_proj"]))
+    randomize_adapters(policy)
+    assert not policy.lm_head.weight.requires_grad
+    state = policy.state_dict()
+    lora.save_peft(state, adapter, 4, 8.0, 0.0, ["q_proj", "o_proj", "up_proj", "down_proj"], base_dir)
+    merged_dir = str(tmp_path / "merged")
+    plain = Transformer(mc)
+    plain.load_state_dict(lora.merge(state, 2.0))
+    plain.save_pretrained(merged_dir)
+    ids = torch.randint(0, 128, (2, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ours = policy(ids)
+        merged = AutoModelForCausalLM.from_pretrained(merged_dir, dtype=torch.float32).eval()(ids).logits
+        hf_base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32).eval()
+        before = hf_base(ids).logits.clone()
+        theirs = peft.PeftModel.from_pretrained(hf_base, adapter).eval()(ids).logits
+    assert (ours - merged).abs().max() < 1e-4 and (ours - theirs).abs().max() < 1e-4
+    assert (before - theirs).abs().max() > 1e-3
+
+
+def test_run_checkpoints_adapters_only_exports_merged_and_peft(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from r1.trainer import Trainer
+
+    run = str(tmp_path / "run")
+    cfg = load_config(SMOKE, [f"run.dir={run}", *TINY, *LORA, "log.tensorboard=false"])
+    trainer = Trainer(cfg)
+    trainer.fit()
+    lines = read_metrics(run)
+    assert [m["iter"] for m in lines] == [1, 2]
+    assert all(m["grad_norm"] > 0 and m["skipped_updates"] == 0 for m in lines)
+    assert all(m["logprob_gap_max"] < 1e-4 for m in lines)  # merged generator vs adapter trainer, float32
+    assert lines[-1]["kl_ref"] != 0  # the reference is the base: adapters that moved make a KL
+    policy = trainer.learner.policy
+    assert any(p.abs().sum() > 0 for n, p in policy.named_parameters() if n.endswith("lora_B"))
+    # the generator is a copy holding the merged weights, which the refresh before every rollout rewrites
+    gen = trainer.actor.model
+    assert gen is not policy and not any(isinstance(m, lora.LoRALinear) for m in gen.modules())
+    merged = lora.merge(policy.state_dict(), cfg.model.lora_alpha / cfg.model.lora_rank)
+    stale = [k for k, v in gen.state_dict().items() if not torch.equal(v, merged[k])]
+    assert stale  # the last update came after the last rollout
+    trainer.actor.refresh(policy)
+    assert all(torch.equal(v, merged[k]) for k, v in gen.state_dict().items())
+    # the checkpoint holds what trains: adapters, value head, their optimizers; no base weight
+    from torch.distributed.checkpoint import FileSystemReader
+
+    ckpt = os.path.join(run, "checkpoints", "iter_000002")
+    keys = FileSystemReader(ckpt).read_metadata().state_dict_metadata.keys()
+    models = [k for k in keys if k.startswith("model.")]
+    assert models and all(("lora_" in k) or k.startswith("model.critic.score.") for k in models), models[:5]
+    full_size = sum(p.numel() for p in policy.parameters())
+    written = sum(os.path.getsize(os.path.join(ckpt, f)) for f in os.listdir(ckpt))
+    assert written < 4 * full_size  # not even the float32 base once, let alone 12 bytes a parameter
+    # the disk plan knows: an upper bound, within 15% here where the per-tensor headers (ENTRY_BYTES, an upper
+    # bound) are most of the bytes; at 7B rank 16 the adapters' 12 bytes a parameter are 99% of them
+    mc = trainer.model_cfg
+    est = disk.checkpoint_bytes(cfg, mc, world=1)
+    assert written <= est < 1.15 * written, (est, written)
+    assert est < disk.model_checkpoint_bytes(mc, 1) / 10
+    adapter_written = sum(os.path.getsize(os.path.join(run, "adapter", f)) for f in os.listdir(
+        os.path.join(run, "adapter")))
+    assert adapter_written <= disk.adapter_bytes(mc, 4, cfg.model.lora_targets) < adapter_written + 2 * disk.FILE_BYTES
+    # hf/: the merged policy, which transformers loads to the same logits
+    hf = AutoModelForCausalLM.from_pretrained(os.path.join(run, "hf"), dtype=torch.float32).eval()
+    ids = torch.randint(0, trainer.model_cfg.vocab_size, (2, 11), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ours, theirs = policy(ids), hf(ids).logits
+    assert (ours - theirs).abs().max() < 1e-4
+    # adapter/: PEFT loads it over the base to the same logits
+    adapter = os.path.join(run, "adapter")
+    assert sorted(os.listdir(adapter)) == ["adapter_config.json", "adapter_model.safetensors"]
+    peft = pytest.importorskip("peft", reason="peft is a test-only dependency (requirements-dev.txt)")
+    base_dir = str(tmp_path / "base")
+    torch.manual_seed(cfg.run.seed)
+    base = build_model("tiny", cfg, trainer.tok, torch.device("cpu"), seed=cfg.run.seed)
+    base.save_pretrained(base_dir, tokenizer=trainer.tok)
+    hf_base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32).eval()
+    with torch.no_grad():
+        before = hf_base(ids).logits.clone()
+    peft_model = peft.PeftModel.from_pretrained(hf_base, adapter).eval()
+    with torch.no_grad():
+        theirs = peft_model(ids).logits
+    assert (ours - theirs).abs().max() < 1e-4
+    assert (before - theirs).abs().max() > 1e-5  # the adapters were read, not left at zero
+
+
+def test_resume_reproduces_uninterrupted_lora_run(tmp_path, capsys):
+    straight, split = str(tmp_path / "straight"), str(tmp_path / "split")
+    base = ["--config", SMOKE, *TINY, *LORA, "model.lora_dropout=0.1", "log.tensorboard=false"]
+    train.main(base + [f"run.dir={straight}", "train.steps=4"])
+    train.main(base + [f"run.dir={split}", "train.steps=2"])
+    train.main(base + [f"run.dir={split}", "train.steps=4", "run.resume=true"])
+    assert f"LoRA adapters in {os.path.join(split, 'adapter')}" in capsys.readouterr().out
+    a, b = read_metrics(straight), read_metrics(split)
+    assert [m["iter"] for m in b] == [1, 2, 3, 4]
+    assert [comparable(m) for m in a] == [comparable(m) for m in b]
+    for name in ("hf/model.safetensors", "adapter/adapter_model.safetensors"):
+        wa, wb = load_file(os.path.join(straight, name)), load_file(os.path.join(split, name))
+        assert wa.keys() == wb.keys()
+        assert all(torch.equal(wa[k], wb[k]) for k in wa), name
+
+
+def test_two_processes_match_one(tmp_path, tok_dir):
+    """torchrun with 2 CPU ranks (gloo, FSDP2 sharding the adapters; the frozen base left whole on each rank,
+    still one set of tensors for policy and critic) vs 1 process on the same global batch, as
+    tests/test_trainer.py checks full fine-tuning: losses and gradient norms catch a gradient summed
+    instead of averaged; the exports match."""
+    common = ["--config", SMOKE, f"model.tokenizer={tok_dir}", *LORA, "rollout.prompts=3", "rollout.n=2",
+              "rollout.max_new_tokens=8", "data.train_size=16", "rollout.temperature=1.0", "train.steps=2",
+              "algo.minibatches=1", "train.micro_tokens=1", "log.tensorboard=false", "log.trajectories=false"]
+    one, two = str(tmp_path / "one"), str(tmp_path / "two")
+    env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"}
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={port}",
+           os.path.join(ROOT, "train.py"), *common, f"run.dir={two}"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    train.main(common + [f"run.dir={one}"])  # overlaps with the torchrun start-up
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out[-3000:]
+    a, b = read_metrics(one), read_metrics(two)
+    assert len(a) == len(b) == 2
+    for ma, mb in zip(a, b):
+        assert ma["n"] == mb["n"] == 6 and ma["mean_response_len"] == mb["mean_response_len"]
+        assert ma["logprob_gap_max"] < 1e-4 and mb["logprob_gap_max"] < 1e-4
+        for k in ("pg_loss", "value_loss", "grad_norm", "critic_grad_norm", "entropy", "reward_mean", "kl_ref"):
+            assert mb[k] == pytest.approx(ma[k], rel=1e-4, abs=1e-6), k
+    for name in ("hf/model.safetensors", "adapter/adapter_model.safetensors"):
+        wa, wb = load_file(os.path.join(one, name)), load_file(os.path.join(two, name))
+        assert wa.keys() == wb.keys()
+        for k in wa:
+            assert (wa[k] - wb[k]).abs().max() < 1e-5, (name, k)
+    adapters = load_file(os.path.join(two, "adapter", "adapter_model.safetensors"))
+    assert any(v.abs().sum() > 0 for k, v in adapters.items() if "lora_B" in k)  # trained, not the zero init
+    from torch.distributed.checkpoint import FileSystemReader
+
+    folder = os.path.join(two, "checkpoints", "iter_000002")
+    keys = [k for k in FileSystemReader(folder).read_metadata().state_dict_metadata if k.startswith("model.")]
+    assert keys and all("lora_" in k or k.startswith("model.critic.score.") for k in keys), keys[:5]
+    written = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder))
+    with open(os.path.join(two, "hf", "config.json")) as f:
+        mc = ModelConfig.from_hf(json.load(f))
+    est = disk.checkpoint_bytes(load_config(os.path.join(two, "config.yaml")), mc, world=2)
+    assert written <= est < 1.3 * written, (est, written)  # headers are most of it at this size (see above)
+
+
+def test_full_fine_tuning_is_untouched():
+    """lora_rank=0: build_models gives today's models, every parameter trains, no adapter anywhere."""
+    from r1.learner import build_models
+
+    cfg = load_config(SMOKE)
+    torch.manual_seed(0)
+    policy, critic, ref = build_models(cfg, FAKE_TOK, torch.device("cpu"))
+    for m in (policy, critic):
+        assert not any(isinstance(x, lora.LoRALinear) for x in m.modules())
+        assert lora.trainable(m) == list(m.parameters())
+    assert ref is not None
+    assert policy.model.embed_tokens.weight.data_ptr() != critic.model.embed_tokens.weight.data_ptr()
+
+
+QWEN7B = dict(arch="qwen2", vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_layers=28, num_heads=28,
+              num_kv_heads=4, head_dim=128, qkv_bias=True, tie_embeddings=False)
+
+
+def test_memory_plan_counts_one_frozen_base_and_suggests_lora():
+    """Qwen2.5-7B's shape on one H200 (139.8 GiB usable), configs/gsm8k_tool.yaml's batch: full fine-tuning
+    cannot fit (16 bytes a parameter); the refusal names model.lora_rank, whose plan fits."""
+    mc, cap = ModelConfig(**QWEN7B), int(139.8 * memory.GiB)
+    tool = os.path.join(ROOT, "configs", "gsm8k_tool.yaml")
+    with pytest.raises(ConfigError, match=r"set model.lora_rank=16 train.sft_steps=0 \(peak 1[0-3]\d\.\d GiB\)"):
+        memory.plan(load_config(tool), mc, 1, "cuda", cap)
+    cfg = load_config(tool, ["model.lora_rank=16", "train.sft_steps=0"])
+    plan = memory.plan(cfg, mc, 1, "cuda", cap)
+    assert plan.fits
+    P, A = memory.param_count(mc), memory.lora_param_count(mc, 16, cfg.model.lora_targets)
+    assert A == 28 * 16 * (2 * (3584 + 3584) + 2 * (3584 + 512) + 3 * (3584 + 18944))
+    assert plan.items["base"] == 2 * P and plan.items["generator"] == 2 * P  # bf16 base once; merged bf16 copy
+    assert plan.items["policy"] == 16 * A and plan.items["critic"] == 16 * (A + 3584 + 1)
+    assert "ref" not in plan.items  # the reference is the base with adapters off
+    # no hint where LoRA is set already
+    with pytest.raises(ConfigError) as e:
+        memory.plan(load_config(tool, ["model.lora_rank=8", "train.sft_steps=0"]), mc, 1, "cuda", 20 * memory.GiB)
+    assert "set model.lora_rank" not in str(e.value)
+    # the CPU: the float32 base, no autocast copies; the plan sees the generator's merged copy
+    small = tiny_config("llama", vocab_size=256)
+    p_cpu = memory.plan(load_config(SMOKE, LORA), small, 1, "cpu", 64 * memory.GiB)
+    assert p_cpu.items["base"] == 4 * memory.param_count(small) == p_cpu.items["generator"]
