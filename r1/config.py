@@ -178,7 +178,7 @@ class Algo:
     advantage: str = "step_gae"
     """A name in r1/algos/estimators.ESTIMATORS: step_gae, token_gae, grpo, rloo, reinforce_pp, reinforce_pp_baseline (docs/algorithms.md)."""
     policy_loss: str = "ppo"
-    """A name in r1/algos/policy_losses.POLICY_LOSSES: ppo (clipped ratio) or cispo (clipped importance weight, every token keeps its gradient)."""
+    """A name in r1/algos/policy_losses.POLICY_LOSSES: ppo (clipped ratio), cispo (clipped importance weight, every token keeps its gradient) or decoupled_ppo (PPO's clip against the proximal policy, weighted prox/behaviour: for train.overlap 1)."""
     gamma: float = 1.0
     """Discount across steps (step_gae; group estimators with reward_level=step) or tokens (token_gae)."""
     lam: float = 1.0
@@ -746,8 +746,8 @@ def _validate_algo(cfg: Config, origin: dict, name, fail):
     if "reward_level" in estimator.keys and a.reward_level == "trajectory" and a.gamma != default.gamma:
         raise ConfigError(f"config key {name('algo.gamma')} discounts step rewards: it needs algo.reward_level=step "
                           f"with {chosen} (a trajectory's score is its undiscounted total), got {a.gamma!r}")
-    if a.policy_loss == "ppo" and a.clip_low >= 1:
-        fail("algo.clip_low", "< 1 for algo.policy_loss=ppo (1 - clip_low bounds the ratio)")
+    if a.policy_loss in ("ppo", "decoupled_ppo") and a.clip_low >= 1:
+        fail("algo.clip_low", f"< 1 for algo.policy_loss={a.policy_loss} (1 - clip_low bounds the ratio)")
     if a.drop_uniform_groups and (not estimator.zero_on_uniform_groups or a.reward_level != "trajectory"
                                   or a.whiten or (a.kl_in_reward and a.kl_coef > 0)):
         # only there is a uniform group's advantage exactly 0 and the others' independent of it
