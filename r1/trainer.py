@@ -175,6 +175,11 @@ class Trainer:
         if self.device.type == "cuda":
             metrics["peak_mem_gb"] = torch.cuda.max_memory_allocated() / 2**30
             torch.cuda.reset_peak_memory_stats()
+            # the allocator hit the memory cap (run.memory_fraction) and freed its cache to retry: each retry
+            # synchronizes the device, a suspect for small micro-batches under a tight cap (docs/LOG.md)
+            retries = torch.cuda.memory_stats().get("num_alloc_retries", 0)
+            metrics["alloc_retries"] = retries - getattr(self, "_alloc_retries", 0)
+            self._alloc_retries = retries
         self.save_trajectories(played, it)
         metrics["time_other"] = time.time() - t0 - t_roll - t_score - t_train  # this iteration outside its phases
         return metrics
