@@ -272,6 +272,11 @@ class Train:
     keep_checkpoints: int = 2
     """Checkpoints kept in run.dir/checkpoints (>= 1). Older ones are deleted only after a newer one is written,
     checksummed and named by `latest`; 2 leaves a fallback if the newest is later found damaged."""
+    overlap: int = 0
+    """RL: 1 = the rollout of iteration k+1 runs (a background thread) while iteration k scores and updates,
+    on the weights before update k: one step off-policy, corrected with the sampler's logprobs (needs
+    algo.policy_loss=decoupled_ppo or algo.tis_cap > 0; run.resume is refused). 0 = the synchronous loop
+    (r1/overlap.py)."""
     time_limit: float = 0.0
     """RL: stop after the iteration that passes this many seconds of this process's training
     (0 = no limit); the run then checkpoints and exports hf/ as at its last step, and
@@ -355,7 +360,7 @@ BOUNDS = {
     "train.sft_batch": (1, None), "train.sft_steps": (0, None), "train.sft_lr": (0.0, None),
     "env.format_reward": (0.0, None), "env.tool_success_reward": (0.0, None),
     "env.command_reward": (0.0, None), "train.checkpoint_every": (1, None), "train.time_limit": (0.0, None),
-    "train.keep_checkpoints": (1, None),
+    "train.keep_checkpoints": (1, None), "train.overlap": (0, 1),
     "eval.every": (0, None), "eval.limit": (0, None), "eval.n": (1, None), "eval.temperature": (0.0, None),
 }
 # Upper bounds on sizes, far above any real run (a 1M-token context, 64k slots) but low enough that a typo
@@ -755,6 +760,10 @@ def _validate_algo(cfg: Config, origin: dict, name, fail):
                           f"rewards alone (algo.advantage grpo or rloo, reward_level trajectory, whiten false, no "
                           f"KL in the reward), got advantage={a.advantage} reward_level={a.reward_level} "
                           f"whiten={a.whiten} kl_in_reward={a.kl_in_reward} kl_coef={a.kl_coef}")
+    if cfg.train.overlap and a.policy_loss != "decoupled_ppo" and not a.tis_cap:
+        raise ConfigError(f"config key {name('train.overlap')}=1 samples with the weights one update back: it needs "
+                          f"algo.policy_loss=decoupled_ppo or algo.tis_cap > 0 to correct for them, got "
+                          f"policy_loss={a.policy_loss} tis_cap={a.tis_cap}")
     if cfg.train.stage == "rl" and estimator.group_baseline and cfg.rollout.n < 2:
         raise ConfigError(f"config key {name('rollout.n')} must be >= 2 for {chosen} "
                           f"(a group of one has no baseline), got {cfg.rollout.n}")
