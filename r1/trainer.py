@@ -93,6 +93,7 @@ class Trainer:
         self.logger = Logger(cfg.run.dir, self.d.main, cfg.log.tensorboard, cfg.log.progress, cfg.train.steps, self.start)
         self.saver = Saver()  # trajectory files, written in the background
         self.pending = None  # train.overlap: the next iteration's rollout, running (r1/overlap.py)
+        self.alloc_retries = 0  # CUDA: the caching allocator's free-and-retry count so far
 
     # -- step 1: rollout -----------------------------------------------------
     def prompts_for(self, it: int) -> list:
@@ -214,8 +215,8 @@ class Trainer:
             # the allocator hit the memory cap (run.memory_fraction) and freed its cache to retry: each retry
             # synchronizes the device, a suspect for small micro-batches under a tight cap (docs/LOG.md)
             retries = torch.cuda.memory_stats().get("num_alloc_retries", 0)
-            metrics["alloc_retries"] = retries - getattr(self, "_alloc_retries", 0)
-            self._alloc_retries = retries
+            metrics["alloc_retries"] = retries - self.alloc_retries
+            self.alloc_retries = retries
         self.save_trajectories(played, it)
         metrics["time_other"] = time.time() - t0 - t_roll - t_score - t_train  # this iteration outside its phases
         return metrics

@@ -8,6 +8,7 @@ from r1.algos.policy_losses import POLICY_LOSSES, PolicyLoss
 from r1.config import ConfigError, load_config
 from r1.trainer import Trainer
 from test_trainer import SMOKE, TINY
+from test_world2 import CRITIC_KEYS, KEYS, run_both
 
 BASE = [*TINY, "algo.advantage=grpo", "algo.kl_coef=0", "algo.policy_loss=decoupled_ppo", "algo.tis_cap=2",
         "train.lr=3e-3", "log.tensorboard=false", "log.trajectories=false", "train.steps=3"]
@@ -90,3 +91,20 @@ def test_config_accepts():
     assert load_config(SMOKE, ["train.overlap=1", "algo.policy_loss=decoupled_ppo"]).train.overlap == 1
     assert load_config(SMOKE, ["train.overlap=1", "algo.tis_cap=2"]).train.overlap == 1
     assert load_config(SMOKE, []).train.overlap == 0
+
+
+def test_world2_equals_world1_with_overlap(tmp_path, tok_dir):
+    """Under FSDP (2 processes, gloo) the rollout thread runs beside the update's collectives; every
+    iteration's numbers equal those of one process, with decoupled PPO on the stale samples."""
+    common = ["train.overlap=1", "algo.policy_loss=decoupled_ppo", "algo.tis_cap=2", "train.steps=3", "train.lr=1e-3",
+              "train.critic_lr=1e-3", "algo.whiten=true"]
+    runs = {"grpo_overlap": ["algo.advantage=grpo", *common],
+            "step_gae_overlap": ["algo.advantage=step_gae", *common]}
+    for name, (one, two) in run_both(tmp_path, tok_dir, runs).items():
+        assert len(one) == len(two) == 3, name
+        assert [m["policy_lag"] for m in one] == [0.0, 1.0, 1.0]
+        for a, b in zip(one, two):
+            assert a["n"] == b["n"] == 8 and a["grad_norm"] > 0, name
+            for k in KEYS + (CRITIC_KEYS if "gae" in name else ()) + ("behav_kl", "logprob_gap_mean"):
+                assert b[k] == pytest.approx(a[k], rel=1e-4, abs=1e-6), (name, k)
+        assert one[2]["behav_kl"] > 0  # the samples are stale, and the loss sees it
