@@ -20,8 +20,11 @@ def episodes(trajs):
             for t in sorted(trajs, key=lambda t: t.uid)]
 
 
-def test_overlap_rollouts_are_the_synchronous_ones_one_update_back(tmp_path, monkeypatch):
-    cfg = load_config(SMOKE, [f"run.dir={tmp_path / 'overlap'}", *BASE, "train.overlap=1"])
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_overlap_rollouts_are_the_synchronous_ones_one_update_back(tmp_path, monkeypatch, device):
+    """On CUDA (not run on the CPU machine yet): the bf16 generator copy, the rollout's own stream, CUDA
+    graphs captured in the thread while the update runs."""
+    cfg = load_config(SMOKE, [f"run.dir={tmp_path / 'overlap'}", *BASE, "train.overlap=1", f"run.device={device}"])
     trainer = Trainer(cfg)
     assert trainer.actor.model is not trainer.learner.policy  # the generator keeps its own weights
     weights, played, seen = [], {}, []  # weights at the start of each iteration; its episodes; loss inputs
@@ -52,8 +55,8 @@ def test_overlap_rollouts_are_the_synchronous_ones_one_update_back(tmp_path, mon
     assert [m["policy_lag"] for m in lines] == [0.0, 1.0, 1.0]
 
     # the synchronous loop, fed the weights each overlapped rollout sampled with
-    sync = Trainer(load_config(SMOKE, [f"run.dir={tmp_path / 'sync'}", *BASE]))
-    assert sync.actor.model is sync.learner.policy
+    sync = Trainer(load_config(SMOKE, [f"run.dir={tmp_path / 'sync'}", *BASE, f"run.device={device}"]))
+    assert (sync.actor.model is sync.learner.policy) == (device == "cpu")
     for it, version in ((0, 0), (1, 0), (2, 1)):
         sync.learner.policy.load_state_dict(weights[version])
         assert episodes(sync.rollout(it)) == episodes(played[it]), it
@@ -68,6 +71,16 @@ def test_overlap_rollouts_are_the_synchronous_ones_one_update_back(tmp_path, mon
         recorded = sorted(lp for t in played[it] for s in t.steps for lp in s.logprobs)
         assert torch.equal(torch.sort(sampler).values, torch.tensor(recorded, dtype=torch.float32))
         assert (sampler - old).abs().max() > 1e-4
+
+
+def test_the_memory_plan_counts_the_generators_own_copy():
+    from r1 import memory
+    from r1.model import tiny_config
+
+    mc = tiny_config(vocab_size=256)
+    plans = [memory.estimate(load_config(SMOKE, extra), mc, 1, "cpu", 2**34) for extra in
+             ([], ["train.overlap=1", "algo.tis_cap=2"])]
+    assert plans[0].items["generator"] == 0 and plans[1].items["generator"] == 4 * memory.param_count(mc)
 
 
 def test_resume_with_overlap_is_refused(tmp_path):
