@@ -221,6 +221,6 @@ def _check(hidden, weight, targets, temperature, chunk_size):
     if not isinstance(chunk_size, int) or chunk_size <= 0:
         raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
     if targets.numel() > 0:
-        lo, hi = targets.min().item(), targets.max().item()  # one host sync, worth a clear error
+        lo, hi = torch.stack([targets.min(), targets.max()]).tolist()  # one host sync, worth a clear error
         if lo < 0 or hi >= weight.shape[0]:
             raise ValueError(f"targets must lie in [0, V={weight.shape[0]}), got min {lo} max {hi}")

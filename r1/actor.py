@@ -8,9 +8,10 @@ eval.py builds an actor alone (`standalone`) on model.path.
 
 The generator's model is the policy itself on one float32 process; on a GPU
 or under FSDP it is a full copy in the rollout dtype, which `refresh`
-overwrites from the policy's full weights before every use: never stale.
-A LoRA policy (r1/lora.py) always gets such a copy, holding its merged
-weights W + scale * B @ A.
+overwrites from the policy's full weights before every use: never stale
+(with train.overlap: 1 also on one float32 process, and one update stale by
+design: r1/overlap.py). A LoRA policy (r1/lora.py) always gets such a copy,
+holding its merged weights W + scale * B @ A.
 """
 from __future__ import annotations
 
@@ -25,9 +26,12 @@ from r1.tasks.registry import make_env
 
 
 def generator_model(cfg: Config, tok, d, dtype: torch.dtype, policy=None):
-    """The generator's model: `policy` itself on one float32 process; otherwise model.path built in the
-    rollout dtype, without gradients (with a policy: a copy that `Actor.refresh` keeps current)."""
-    if policy is not None and d.world == 1 and dtype == torch.float32 and not cfg.model.lora_rank:
+    """The generator's model: `policy` itself on one float32 process (unless train.overlap: then the next
+    rollout samples while the update changes the policy; or LoRA: the copy holds merged weights); otherwise
+    model.path built in the rollout dtype, without gradients (with a policy: a copy that `Actor.refresh` keeps
+    current)."""
+    if (policy is not None and d.world == 1 and dtype == torch.float32 and not cfg.model.lora_rank
+            and not cfg.train.overlap):
         return policy
     model = build_model(cfg.model.path, cfg, tok, d.device, seed=cfg.run.seed).to(dtype).eval()
     model.requires_grad_(False)

@@ -194,7 +194,7 @@ class Algo:
     advantage: str = "step_gae"
     """A name in r1/algos/estimators.ESTIMATORS: step_gae, token_gae, grpo, rloo, reinforce_pp, reinforce_pp_baseline (docs/algorithms.md)."""
     policy_loss: str = "ppo"
-    """A name in r1/algos/policy_losses.POLICY_LOSSES: ppo (clipped ratio) or cispo (clipped importance weight, every token keeps its gradient)."""
+    """A name in r1/algos/policy_losses.POLICY_LOSSES: ppo (clipped ratio), cispo (clipped importance weight, every token keeps its gradient) or decoupled_ppo (PPO's clip against the proximal policy, weighted prox/behaviour: for train.overlap 1)."""
     gamma: float = 1.0
     """Discount across steps (step_gae; group estimators with reward_level=step) or tokens (token_gae)."""
     lam: float = 1.0
@@ -288,6 +288,11 @@ class Train:
     keep_checkpoints: int = 2
     """Checkpoints kept in run.dir/checkpoints (>= 1). Older ones are deleted only after a newer one is written,
     checksummed and named by `latest`; 2 leaves a fallback if the newest is later found damaged."""
+    overlap: int = 0
+    """RL: 1 = the rollout of iteration k+1 runs (a background thread) while iteration k scores and updates,
+    on the weights before update k: one step off-policy, corrected with the sampler's logprobs (needs
+    algo.policy_loss=decoupled_ppo or algo.tis_cap > 0; run.resume is refused). 0 = the synchronous loop
+    (r1/overlap.py)."""
     time_limit: float = 0.0
     """RL: stop after the iteration that passes this many seconds of this process's training
     (0 = no limit); the run then checkpoints and exports hf/ as at its last step, and
@@ -372,7 +377,7 @@ BOUNDS = {
     "train.sft_batch": (1, None), "train.sft_steps": (0, None), "train.sft_lr": (0.0, None),
     "env.format_reward": (0.0, None), "env.tool_success_reward": (0.0, None),
     "env.command_reward": (0.0, None), "train.checkpoint_every": (1, None), "train.time_limit": (0.0, None),
-    "train.keep_checkpoints": (1, None),
+    "train.keep_checkpoints": (1, None), "train.overlap": (0, 1),
     "eval.every": (0, None), "eval.limit": (0, None), "eval.n": (1, None), "eval.temperature": (0.0, None),
 }
 # Upper bounds on sizes, far above any real run (a 1M-token context, 64k slots) but low enough that a typo
@@ -789,8 +794,8 @@ def _validate_algo(cfg: Config, origin: dict, name, fail):
     if "reward_level" in estimator.keys and a.reward_level == "trajectory" and a.gamma != default.gamma:
         raise ConfigError(f"config key {name('algo.gamma')} discounts step rewards: it needs algo.reward_level=step "
                           f"with {chosen} (a trajectory's score is its undiscounted total), got {a.gamma!r}")
-    if a.policy_loss == "ppo" and a.clip_low >= 1:
-        fail("algo.clip_low", "< 1 for algo.policy_loss=ppo (1 - clip_low bounds the ratio)")
+    if a.policy_loss in ("ppo", "decoupled_ppo") and a.clip_low >= 1:
+        fail("algo.clip_low", f"< 1 for algo.policy_loss={a.policy_loss} (1 - clip_low bounds the ratio)")
     if a.drop_uniform_groups and (not estimator.zero_on_uniform_groups or a.reward_level != "trajectory"
                                   or a.whiten or (a.kl_in_reward and a.kl_coef > 0)):
         # only there is a uniform group's advantage exactly 0 and the others' independent of it
@@ -798,6 +803,10 @@ def _validate_algo(cfg: Config, origin: dict, name, fail):
                           f"rewards alone (algo.advantage grpo or rloo, reward_level trajectory, whiten false, no "
                           f"KL in the reward), got advantage={a.advantage} reward_level={a.reward_level} "
                           f"whiten={a.whiten} kl_in_reward={a.kl_in_reward} kl_coef={a.kl_coef}")
+    if cfg.train.overlap and a.policy_loss != "decoupled_ppo" and not a.tis_cap:
+        raise ConfigError(f"config key {name('train.overlap')}=1 samples with the weights one update back: it needs "
+                          f"algo.policy_loss=decoupled_ppo or algo.tis_cap > 0 to correct for them, got "
+                          f"policy_loss={a.policy_loss} tis_cap={a.tis_cap}")
     if cfg.train.stage == "rl" and estimator.group_baseline and cfg.rollout.n < 2:
         raise ConfigError(f"config key {name('rollout.n')} must be >= 2 for {chosen} "
                           f"(a group of one has no baseline), got {cfg.rollout.n}")

@@ -572,7 +572,8 @@ class Generator:
                              kv_lens=(bufs["pos"] + 1).to(torch.int32))
             return self.model.head(self.model.hidden(bufs["tok"], bufs["pos"], cache=self.cache, step=step))
 
-        graph, logits = capture(run)
+        # thread_local: under train.overlap the update's thread allocates while this one captures
+        graph, logits = capture(run, mode="thread_local")
         # ar and cu are read by the graph: keep them alive with it (freed, their memory is reused)
         return {**bufs, "ar": ar, "cu": cu, "graph": graph, "logits": logits}
 

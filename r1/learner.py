@@ -146,10 +146,12 @@ class Learner:
         policy_epochs = 0 if self.critic is not None and it < algo.critic_warmup else algo.ppo_epochs
         critic_epochs = (algo.vf_epochs or algo.ppo_epochs) if self.critic is not None else 0
         work = self.micro_batch_work(plan, scores, credit, sampler_logp)
+        norms = [self.minibatch_norms(mini, plan) for mini in work]  # counts: the same every epoch
         stats, skipped = {}, 0
         for epoch in range(max(policy_epochs, critic_epochs)):
-            for mini, n_fill in zip(work, fillers):
-                step_stats = self.train_minibatch(mini, n_fill, plan, epoch < policy_epochs, epoch < critic_epochs)
+            for mini, n_fill, norm in zip(work, fillers, norms):
+                step_stats = self.train_minibatch(mini, n_fill, plan, epoch < policy_epochs, epoch < critic_epochs,
+                                                  norm)
                 if step_stats is None:
                     skipped += 1
                 for k, (tot, cnt) in (step_stats or {}).items():
@@ -167,13 +169,15 @@ class Learner:
         advantages = torch.split(credit.advantages, sizes)
         sampler = torch.split(sampler_logp, sizes)
         token_targets = torch.split(credit.value_target, sizes) if credit.value_level == "token" else None
+        # step targets: on the device once, then gathered there (indexing on the host read each step_index back)
+        step_targets = credit.value_target.to(self.device) if credit.value_level == "step" else None
         work, i = [], 0
         for mini in plan.minibatches:
             work.append([])
             for mb in mini:
                 value_target = None
                 if credit.value_level == "step":
-                    value_target = credit.value_target[mb.step_index.cpu()].to(self.device)
+                    value_target = step_targets[mb.step_index]
                 elif credit.value_level == "token":
                     value_target = token_targets[i].to(self.device)
                 work[-1].append((mb, scores[i], Targets(advantages[i].to(self.device), sampler[i].to(self.device),
@@ -188,25 +192,29 @@ class Learner:
         algo = self.cfg.algo
         by_step = algo.loss_agg == "step_mean"
         seg_sizes = torch.zeros(plan.num_steps if by_step else plan.num_trajs, device=self.device)
-        for mb, _, _ in mini:
+        mask_sum = torch.zeros((), device=self.device)
+        for mb, _, _ in mini:  # integer counts in float32: exact; one host read for all micro-batches
             seg = mb.tok_step if by_step else mb.tok_traj
-            seg_sizes += torch.bincount(seg[mb.mask > 0], minlength=seg_sizes.numel()).to(seg_sizes.dtype)
-        mask_sum = sum(float(mb.mask.sum()) for mb, _, _ in mini)
-        count = mask_sum if algo.loss_agg == "token_mean" else float((seg_sizes > 0).sum())
+            seg_sizes.index_add_(0, seg, (mb.mask > 0).to(seg_sizes.dtype))
+            mask_sum = mask_sum + mb.mask.sum()
+        mask_sum, segments = torch.stack([mask_sum, (seg_sizes > 0).sum().to(mask_sum.dtype)]).tolist()
+        count = mask_sum if algo.loss_agg == "token_mean" else segments
         policy = float(distributed.all_sum(count, self.d)) / self.d.world
         step_target = ESTIMATORS[algo.advantage].target == "step"
         critic_count = sum(mb.step_index.numel() for mb, _, _ in mini) if step_target else mask_sum
         critic = float(distributed.all_sum(critic_count, self.d)) / self.d.world
         return Norms(policy, critic, seg_sizes)
 
-    def train_minibatch(self, mini: list, n_fill: int, plan: Plan, train_policy: bool, train_critic: bool):
+    def train_minibatch(self, mini: list, n_fill: int, plan: Plan, train_policy: bool, train_critic: bool,
+                        norms: Norms | None = None):
         """Forward/backward every micro-batch, then one optimizer step; returns its stats, or None when the
         step was skipped (non-finite loss or gradient on some rank) or there was nothing to train on.
+        norms: minibatch_norms(mini, plan), when the caller has them (they do not change between epochs).
 
         A non-finite loss does not stop the backward passes: under FSDP every
         rank must run the same collectives; the optimizer step is skipped.
         """
-        norms = self.minibatch_norms(mini, plan)
+        norms = norms or self.minibatch_norms(mini, plan)
         if norms.policy <= 0:
             return {}
         self.opt.zero_grad(set_to_none=True)
@@ -275,8 +283,9 @@ class Learner:
             mask = torch.ones(mb.step_pos.numel(), device=self.device)
         else:
             pred, old, mask = values[mb.sel], mb_scores.tok_values, mb.mask
-        loss, metrics = value_loss(pred, old, targets.value_target, mask, clip=algo.value_clip or None, norm=norm)
-        metrics.pop("explained_variance")  # a ratio per micro-batch: computed over the iteration (update)
+        # no explained_variance per micro-batch (a ratio of one micro-batch): update computes it over the iteration
+        loss, metrics = value_loss(pred, old, targets.value_target, mask, clip=algo.value_clip or None, norm=norm,
+                                   explained=False)
         metrics.update(_value_moments(pred, targets.value_target, mask))
         return algo.vf_coef * loss, metrics, mask.sum()
 
@@ -394,13 +403,14 @@ def _value_moments(pred, target, mask) -> dict:
     """Means of the return and of the critic's residual, and of their squares, over a micro-batch's
     valid positions: weighted by counts and summed over micro-batches and ranks, they give the
     explained variance of the whole iteration. A mean of per-micro-batch ratios would not: a
-    micro-batch whose returns barely vary (no success in it) gives a huge negative ratio."""
+    micro-batch whose returns barely vary (no success in it) gives a huge negative ratio. Masked sums, not
+    a boolean gather: a gather reads its size from the device (a host sync per micro-batch); an empty
+    mask gives zeros, whose weight (its mask sum) is 0."""
     keep = mask.bool()
-    t = target.detach().double()[keep]
-    r = t - pred.detach().double()[keep]
-    if t.numel() == 0:
-        return {}
-    return {"ev_t": t.mean(), "ev_t2": (t * t).mean(), "ev_r": r.mean(), "ev_r2": (r * r).mean()}
+    n = keep.sum().clamp(min=1).double()
+    t = torch.where(keep, target.detach().double(), 0.0)
+    r = torch.where(keep, t - pred.detach().double(), 0.0)
+    return {"ev_t": t.sum() / n, "ev_t2": (t * t).sum() / n, "ev_r": r.sum() / n, "ev_r2": (r * r).sum() / n}
 
 
 def _explained_variance(t, t2, r, r2) -> float:

@@ -304,7 +304,7 @@ def estimate(cfg: Config, mc, world: int, device_type: str, capacity: int, devic
             items["critic"], notes["critic"] = per_param * Pc // world, what + shard
         if r["ref"]:
             items["ref"], notes["ref"] = 4 * P // world, "params" + shard
-    shared = world == 1 and g == 4 and not rank
+    shared = world == 1 and g == 4 and not rank and not cfg.train.overlap  # overlap: the generator keeps its copy
     if r["generator"]:
         items["generator"] = 0 if shared else g * P
         notes["generator"] = "the policy itself" if shared else f"{'bf16' if g == 2 else 'fp32'} copy" + \

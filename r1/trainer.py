@@ -2,7 +2,8 @@
 
 One iteration (`iteration`):
 1. rollout: the actor (r1/actor.py) plays this rank's prompts on the
-   current weights;
+   current weights (train.overlap: 1, on the weights one update back,
+   started during the previous iteration: r1/overlap.py);
 2. score: the learner (r1/learner.py) runs one packed forward per model:
    the policy's old logprobs, the reference's, the critic's values;
 3. credit: advantages and critic targets (r1/credit.py, with the estimator
@@ -30,13 +31,14 @@ import torch
 from r1 import checkpoint, disk, distributed, memory, packing
 from r1.atomic import describe_os_error
 from r1.actor import Actor, generator_model
-from r1.config import Config
+from r1.config import Config, ConfigError
 from r1.credit import (compute as compute_credit, credit_inputs, informative_groups, normalized_rewards,
                        sampler_logprobs, score_metrics, step_rewards)
 from r1.generate import Sampling
 from r1.identity import run_identity
 from r1.learner import Learner, build_models
 from r1.logger import Logger, cpu_cost_line
+from r1.overlap import Background
 from r1.profiler import maybe_profile, phase, wanted
 from r1.rollout_stats import summarize, traj_stats
 from r1.run import check_paths, check_run_dir, create_run_dir, resolve_dtype, run_tokenizer
@@ -76,6 +78,11 @@ class Trainer:
         self.reward_moments = torch.zeros(3, dtype=torch.float64)  # running (count, sum, sum sq): normalize_reward
         self.start = 0
         if cfg.run.resume and checkpoint.complete(cfg.run.dir):
+            if cfg.train.overlap:  # r1/overlap.py: the checkpoint lacks the weights the next rollout samples with
+                raise ConfigError(f"config key 'train.overlap'=1: run.resume cannot continue {cfg.run.dir} exactly "
+                                  f"(its checkpoint holds the weights after the last update, not the ones the "
+                                  f"next rollout would sample with); resume with train.overlap=0 "
+                                  f"run.allow_config_change=true")
             lr = self.learner
             path, extra = checkpoint.resume(cfg.run.dir, lr.models, lr.optims, lr.scheds, self.d)
             self.start = int(extra["iteration"])
@@ -85,6 +92,8 @@ class Trainer:
                       f"train.steps={cfg.train.steps}", flush=True)
         self.logger = Logger(cfg.run.dir, self.d.main, cfg.log.tensorboard, cfg.log.progress, cfg.train.steps, self.start)
         self.saver = Saver()  # trajectory files, written in the background
+        self.pending = None  # train.overlap: the next iteration's rollout, running (r1/overlap.py)
+        self.alloc_retries = 0  # CUDA: the caching allocator's free-and-retry count so far
 
     # -- step 1: rollout -----------------------------------------------------
     def prompts_for(self, it: int) -> list:
@@ -99,12 +108,32 @@ class Trainer:
     def rollout(self, it: int) -> list:
         """This rank's episodes of iteration `it`, on the current weights, checked (check_episodes)."""
         self.actor.refresh(self.learner.policy)
+        return self.check_episodes(self.play(it, policy_version=it), it)
+
+    def play(self, it: int, policy_version: int) -> list:
+        """This rank's episodes of iteration `it` on the generator's weights as they are (no collective)."""
         r = self.cfg.rollout
         sampling = Sampling(r.temperature, r.top_p, r.top_k, seed=hash((self.cfg.run.seed, it)) % 2**31)
         groups = range(self.d.rank, r.prompts, self.d.world)  # global prompt indices of this rank's prompts
-        played = self.actor.play(self.prompts_for(it), r.n, sampling, policy_version=it, uid_prefix=f"{it}-",
-                                 groups=groups)
-        return self.check_episodes(played, it)
+        return self.actor.play(self.prompts_for(it), r.n, sampling, policy_version=policy_version,
+                               uid_prefix=f"{it}-", groups=groups)
+
+    def overlapped_rollout(self, it: int) -> tuple:
+        """train.overlap: 1 (r1/overlap.py): iteration it's episodes (started during iteration it - 1; the
+        first iteration of a process plays them now), then the start of iteration it + 1's on the weights
+        before this iteration's update -> (checked episodes, the rollout's own seconds, updates it lags)."""
+        if self.pending is None:
+            self.actor.refresh(self.learner.policy)
+            t0 = time.time()
+            played, lag = self.play(it, policy_version=it), 0
+            seconds = time.time() - t0
+        else:
+            played, seconds, lag = self.pending.result(), self.pending.seconds, 1
+            self.pending = None
+            self.actor.refresh(self.learner.policy)  # between rollouts: none is in flight
+        if it + 1 < self.cfg.train.steps:
+            self.pending = Background(lambda: self.play(it + 1, policy_version=it), self.device)
+        return self.check_episodes(played, it), seconds, lag
 
     def check_episodes(self, trajs: list, it: int) -> list:
         """One bad episode (non-finite sampler logprobs, token ids outside the vocabulary, a non-finite
@@ -139,7 +168,10 @@ class Trainer:
         t0 = time.time()
         graphs = self.actor.graph_counts()
         with phase("r1.rollout"):  # 1. rollout
-            played = self.rollout(it)
+            if self.cfg.train.overlap:
+                played, t_play, lag = self.overlapped_rollout(it)
+            else:
+                played = self.rollout(it)
         t_roll = time.time() - t0
         graphs = self.actor.graph_counts(since=graphs)
         trajs = self.trained_trajectories(played)
@@ -166,15 +198,25 @@ class Trainer:
         # 5. log: throughput, memory, the trajectories
         n_roll = sum(len(s.response_ids) for t in played for s in t.steps)
         n_train = sum(mb.num_tokens for mb in plan.micro_batches)
+        if self.cfg.train.overlap:  # time_rollout: what the iteration waited; the rollout ran t_play
+            metrics.update(time_rollout_play=t_play, policy_lag=float(lag))
+            t_roll_tok = t_play
+        else:
+            t_roll_tok = t_roll
         metrics.update(
             time_rollout=t_roll, time_score=t_score, time_train=t_train, lr=self.learner.sched.get_last_lr()[0],
-            rollout_tok_s=float(distributed.all_sum(n_roll, d)) / max(t_roll, 1e-9),
+            rollout_tok_s=float(distributed.all_sum(n_roll, d)) / max(t_roll_tok, 1e-9),
             **({} if graphs is None else {"rollout_eager_chunks": graphs[0], "rollout_graph_captures": graphs[1]}),
             train_tok_s=float(distributed.all_sum(n_train, d)) * algo.ppo_epochs / max(t_train, 1e-9),
         )
         if self.device.type == "cuda":
             metrics["peak_mem_gb"] = torch.cuda.max_memory_allocated() / 2**30
             torch.cuda.reset_peak_memory_stats()
+            # the allocator hit the memory cap (run.memory_fraction) and freed its cache to retry: each retry
+            # synchronizes the device, a suspect for small micro-batches under a tight cap (docs/LOG.md)
+            retries = torch.cuda.memory_stats().get("num_alloc_retries", 0)
+            metrics["alloc_retries"] = retries - self.alloc_retries
+            self.alloc_retries = retries
         self.save_trajectories(played, it)
         metrics["time_other"] = time.time() - t0 - t_roll - t_score - t_train  # this iteration outside its phases
         return metrics
@@ -194,7 +236,10 @@ class Trainer:
                             tokenizer=self.tok)
 
     def held_out(self, evaluate) -> dict:
-        """evaluate(actor) on the current weights, as eval_<key> metrics (its numbers only)."""
+        """evaluate(actor) on the current weights, as eval_<key> metrics (its numbers only). A rollout in
+        flight (train.overlap) finishes first: the evaluation refreshes the generator it samples with."""
+        if self.pending is not None:
+            self.pending.wait()
         self.actor.refresh(self.learner.policy)
         return {f"eval_{k}": v for k, v in evaluate(self.actor).items() if isinstance(v, (int, float))}
 
@@ -256,6 +301,9 @@ class Trainer:
                 self.learner.export()
             failed = False
         finally:
+            if self.pending is not None:  # stopped early (time limit, an error): the rollout's episodes are dropped
+                self.pending.wait()
+                self.pending = None
             try:
                 self.saver.close()
             except OSError as e:  # a trajectory file not written: an error, unless another one is on its way out

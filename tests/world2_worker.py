@@ -35,8 +35,13 @@ def parity_rewards(trajs):
 def main(spec_path):
     with open(spec_path) as f:
         spec = json.load(f)
-    real_rollout = Trainer.rollout
+    real_rollout, real_overlapped = Trainer.rollout, Trainer.overlapped_rollout
     Trainer.rollout = lambda self, it: parity_rewards(real_rollout(self, it))
+
+    def overlapped(self, it):  # train.overlap: 1
+        played, seconds, lag = real_overlapped(self, it)
+        return parity_rewards(played), seconds, lag
+    Trainer.overlapped_rollout = overlapped
     for name, overrides in spec["runs"].items():
         cfg = load_config(SMOKE, spec["base"] + overrides + [f"run.dir={os.path.join(spec['out'], name)}"])
         Trainer(cfg).fit()

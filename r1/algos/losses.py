@@ -285,7 +285,7 @@ def explained_variance(pred, target, mask):
 
 
 def value_loss(values, old_values, returns, mask, clip=None, agg="token_mean", seg_ids=None, norm=None,
-               num_segments=None):
+               num_segments=None, explained=True):
     """Critic loss 0.5 * (v - R)^2, optionally PPO-clipped around the old values.
 
     values [N] (differentiated), old_values [N], returns [N], mask [N].
@@ -294,7 +294,8 @@ def value_loss(values, old_values, returns, mask, clip=None, agg="token_mean", s
               v_c = old_i + clamp(v_i - old_i, -c, c),  l_i = 0.5 * max((v_i - R_i)^2, (v_c - R_i)^2)
         loss = aggregate(l, mask, seg_ids, agg, norm)
     Returns (loss, metrics): value_mean, explained_variance (see
-    `explained_variance`), value_clip_frac (the clipped term is larger).
+    `explained_variance`; left out with explained=False, for a caller that
+    computes it over more than this batch), value_clip_frac (the clipped term is larger).
     """
     _check_flat("value_loss", values=values, old_values=old_values, returns=returns, mask=mask, seg_ids=seg_ids)
     clip = clip or None  # 0 means off, as algo.value_clip = 0
@@ -312,11 +313,9 @@ def value_loss(values, old_values, returns, mask, clip=None, agg="token_mean", s
         clip_frac = _masked_mean((err_c > err).to(values.dtype), keep).detach()
         err = torch.maximum(err, err_c)
     loss = aggregate(0.5 * err, keep, seg_ids, agg, num_segments, norm)
-    metrics = {
-        "value_mean": _masked_mean(v.detach(), keep),
-        "explained_variance": explained_variance(v.detach(), R, keep),
-        "value_clip_frac": clip_frac,
-    }
+    metrics = {"value_mean": _masked_mean(v.detach(), keep), "value_clip_frac": clip_frac}
+    if explained:
+        metrics["explained_variance"] = explained_variance(v.detach(), R, keep)
     return loss, metrics
 
 

@@ -15,6 +15,7 @@ from typing import Callable
 import torch
 
 from r1.algos.cispo import cispo_policy_loss
+from r1.algos.decoupled_ppo import decoupled_ppo_loss
 from r1.algos.losses import ppo_policy_loss
 
 
@@ -56,7 +57,19 @@ def cispo(batch: PolicyInputs, algo, norm):
         seg_sizes=batch.seg_sizes)
 
 
+def decoupled_ppo(batch: PolicyInputs, algo, norm):
+    """Decoupled PPO: clip against the proximal (old) policy, weight prox/behaviour from the sampler's
+    logprobs, capped at tis_cap (0 = uncapped); the loss for train.overlap: 1 (r1/algos/decoupled_ppo.py)."""
+    return decoupled_ppo_loss(
+        batch.logp, batch.old_logp, batch.advantages, batch.mask, batch.sampler_logp, clip_low=algo.clip_low,
+        clip_high=algo.clip_high, dual_clip=algo.dual_clip or None, log_ratio_clamp=algo.log_ratio_clamp,
+        tis_cap=algo.tis_cap or None, seg_ids=batch.agg_seg, agg=algo.loss_agg, norm=norm,
+        seg_sizes=batch.seg_sizes)
+
+
 POLICY_LOSSES = {
     "ppo": PolicyLoss(ppo, keys=("clip_low", "clip_high", "dual_clip", "ratio_level", "log_ratio_clamp", "tis_cap")),
     "cispo": PolicyLoss(cispo, keys=("clip_low", "clip_high", "log_ratio_clamp", "tis_cap")),
+    "decoupled_ppo": PolicyLoss(decoupled_ppo, keys=("clip_low", "clip_high", "dual_clip", "log_ratio_clamp",
+                                                     "tis_cap")),
 }

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Issue 31 on one H200: iteration time of PPO (step GAE) and GRPO on the GSM8K-tool recipe, train.overlap 0
+# against 1 (the next rollout beside this iteration's score and update; decoupled PPO, tis_cap 2), then the
+# micro_tokens lead of docs/LOG.md: PPO at train.micro_tokens=4096 with run.memory_fraction=0.15 (the lanes')
+# and with the whole GPU, to tell small micro-batches from the memory cap (alloc_retries counts the
+# allocator's free-and-retry). Runs one after another, the GPU to itself; phases are resumable.
+#   bench/h200_iteration.sh MODEL RESULTS_DIR   (MODEL: an SFT hf/ folder or the GGUF; results to
+#                                                 bench/results/iteration_h200.json unless SAVE is set)
+#   env: STEPS (default 12), EXTRA (overrides for every run: CPU dry runs), SAVE ('' = do not save)
+set -u
+M=$1; R=$2; mkdir -p "$R"
+STEPS=${STEPS:-12}; X=${EXTRA:-}; SAVE=${SAVE-bench/results/iteration_h200.json}
+C="--config configs/gsm8k_tool.yaml log.progress=false log.trajectories=false train.sft_steps=0 eval.every=0"
+C="$C train.checkpoint_every=100000 train.steps=$STEPS"
+. "$(dirname "$0")/phases.sh"  # log, phase
+OV="train.overlap=1 algo.policy_loss=decoupled_ppo algo.tis_cap=2"
+run() {  # name overrides...
+  local name=$1; shift
+  phase "$name" python3 train.py $C model.path="$M" run.dir="$R/$name" "$@" $X
+}
+log "begin: $(python3 -c 'import torch; print(torch.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu")')"
+run ppo-o0
+run ppo-o1 $OV
+run grpo-o0 algo.advantage=grpo
+run grpo-o1 algo.advantage=grpo $OV
+run ppo-mt4096-frac015 train.micro_tokens=4096 run.memory_fraction=0.15
+run ppo-mt4096 train.micro_tokens=4096
+runs=""; for n in ppo-o0 ppo-o1 grpo-o0 grpo-o1 ppo-mt4096-frac015 ppo-mt4096; do
+  [ -e "$R/$n.done" ] && runs="$runs $R/$n"; done
+python3 bench/iteration_result.py --runs $runs ${SAVE:+--save "$SAVE"} | tee "$R/iteration.jsonl"
+log "ALL DONE"

@@ -1,0 +1,63 @@
+"""Iteration time of finished runs (issue 31: PPO and GRPO, train.overlap 0 against 1) as JSON, from the
+runs' own metrics.jsonl; nothing here times anything.
+
+    python bench/iteration_result.py --runs R/ppo-o0 R/ppo-o1 ... [--save bench/results/iteration_h200.json]
+
+One object per run: name "iteration", algo (algo.advantage of its config.yaml), overlap, micro_tokens and
+memory_fraction as asked, and medians over iterations 2..n (the first compiles and captures):
+iteration_s (the step of time_elapsed), rollout_s (what the iteration waited for its rollout), score_s,
+update_s, and with overlap rollout_play_s (the rollout's own time); alloc_retries (CUDA). It refuses a
+run with fewer than 3 iterations.
+"""
+import argparse
+import datetime
+import json
+import os
+import statistics
+
+import yaml
+
+
+def run_result(run: str) -> dict:
+    with open(os.path.join(run, "config.yaml")) as f:
+        cfg = yaml.safe_load(f)
+    with open(os.path.join(run, "metrics.jsonl")) as f:
+        lines = [json.loads(ln) for ln in f if ln.strip()]
+    if len(lines) < 3:
+        raise SystemExit(f"error: {run}: {len(lines)} iterations in metrics.jsonl, need at least 3")
+    later = lines[1:]
+    elapsed = [b["time_elapsed"] - a["time_elapsed"] for a, b in zip(lines, lines[1:])]
+    med = lambda key: round(statistics.median(m[key] for m in later), 3)  # noqa: E731
+    out = {"name": "iteration", "run": os.path.basename(os.path.normpath(run)), "algo": cfg["algo"]["advantage"],
+           "policy_loss": cfg["algo"]["policy_loss"], "overlap": cfg["train"].get("overlap", 0),
+           "micro_tokens": cfg["train"]["micro_tokens"] or "auto", "memory_fraction": cfg["run"]["memory_fraction"],
+           "iterations": len(lines), "iteration_s": round(statistics.median(elapsed), 3),
+           "rollout_s": med("time_rollout"), "score_s": med("time_score"), "update_s": med("time_train")}
+    if "time_rollout_play" in later[0]:
+        out["rollout_play_s"] = med("time_rollout_play")
+    if "alloc_retries" in later[0]:
+        out["alloc_retries"] = sum(m["alloc_retries"] for m in later)
+    out["reward_mean_last"] = lines[-1].get("reward_mean")
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", nargs="+", required=True)
+    ap.add_argument("--save", default="")
+    a = ap.parse_args()
+    import torch
+
+    meta = {"device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+            "torch": torch.__version__, "date": datetime.date.today().isoformat(),
+            "medians_over": "iterations 2..n"}
+    results = [{**run_result(r), **meta} for r in a.runs]
+    for r in results:
+        print(json.dumps(r))
+    if a.save:
+        with open(a.save, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""Decoupled PPO (Hilton et al. 2021, "Batch size-invariance for policy optimization"; AReaL's loss for
+asynchronous RL): the policy that bounds the step is not the policy that sampled.
+
+With one-step off-policy rollouts (train.overlap: 1) three policies meet in a loss:
+the behaviour policy that sampled the tokens (its logprobs recorded by the
+generator: `sampler_logp`), the proximal policy the update starts from (the
+learner's weights before this update, scored in step 2: `old_logp`), and the
+policy being trained (`logp`). PPO's clip keeps the update near the proximal
+policy; an importance weight prox/behaviour corrects for who sampled:
+
+    w_i   = sg[exp(clamp(old_i - sampler_i, +-log_ratio_clamp))], capped: min(w_i, tis_cap) when tis_cap > 0
+    rho_i = exp(clamp(logp_i - old_i, +-log_ratio_clamp))
+    l_i   = w_i * max(-A_i rho_i, -A_i clip(rho_i, 1 - clip_low, 1 + clip_high))
+    dual clip (A_i < 0): min(., -A_i dual_clip) before the weight
+    loss  = aggregate(l, valid, seg_ids, agg, norm, seg_sizes)
+
+With tis_cap > 0 this is exactly `ppo_policy_loss` with the same tis_cap (a
+test holds them equal): truncated IS against the sampler IS the decoupled
+weight. What the entry adds is that the weight is the point, not an option:
+the sampler's logprobs are required, tis_cap = 0 means an uncapped weight
+(PPO's tis_cap = 0 means no weight), and it logs how far the behaviour
+policy was (behav_kl, behav_capped_frac). The clip, ratio and drop rules are
+PPO's own functions (r1/algos/losses.py), so the two cannot drift apart.
+"""
+import torch
+
+from r1.algos.losses import (_masked_mean, aggregate, check_policy_inputs, clipped_surrogate, drop_nonfinite,
+                             policy_ratio, ratio_metrics)
+
+
+def decoupled_ppo_loss(logp, old_logp, adv, mask, sampler_logp, clip_low=0.2, clip_high=0.2, dual_clip=None,
+                       log_ratio_clamp=20.0, tis_cap=None, seg_ids=None, agg="token_mean", norm=None,
+                       num_segments=None, seg_sizes=None):
+    """logp [N] (differentiated), old_logp [N] (proximal), adv [N], mask [N], sampler_logp [N] (behaviour).
+    Returns (loss, metrics): PPO's (clip_frac, dual_clip_frac, approx_kl against the proximal policy,
+    ratio_mean/max/min, dropped_nonfinite, sampler_gap_mean/max) plus behav_weight_mean,
+    behav_capped_frac and behav_kl (k3 estimate of KL(behaviour || proximal))."""
+    if sampler_logp is None:
+        raise ValueError("decoupled_ppo_loss: needs sampler_logp (the behaviour policy's logprobs)")
+    tis_cap = check_policy_inputs("decoupled_ppo_loss", logp, old_logp, adv, mask, sampler_logp, tis_cap,
+                                  seg_ids=seg_ids)
+    if not 0.0 <= clip_low < 1.0 or not clip_high >= 0.0:
+        raise ValueError(f"decoupled_ppo_loss: need 0 <= clip_low < 1 and clip_high >= 0, got {clip_low}, {clip_high}")
+    dual_clip = dual_clip or None
+    if dual_clip is not None and not dual_clip > 1.0:
+        raise ValueError(f"decoupled_ppo_loss: dual_clip={dual_clip} must be > 1 (or 0/None for off)")
+    valid, old, a, sampler, dropped = drop_nonfinite(logp, old_logp, adv, mask, sampler_logp)
+    sampler = torch.where(valid, sampler, old)  # dropped tokens: weight 1, no inf reaches the graph
+    log_ratio, ratio = policy_ratio(logp, old, valid, log_ratio_clamp)
+    pg, clipped, dual = clipped_surrogate(a, ratio, clip_low, clip_high, dual_clip)
+    behav_log = (old - sampler).clamp(-log_ratio_clamp, log_ratio_clamp)  # [N] log prox/behaviour
+    raw = torch.exp(behav_log)
+    w = raw if tis_cap is None else raw.clamp(max=tis_cap)
+    pg = pg * w
+    loss = aggregate(pg, valid, seg_ids, agg, num_segments, norm, seg_sizes)
+    gap = (old - sampler).abs()
+    with torch.no_grad():
+        metrics = {
+            "clip_frac": _masked_mean(clipped.to(ratio.dtype), valid),
+            "dual_clip_frac": _masked_mean(dual.to(ratio.dtype), valid),
+            "sampler_gap_mean": _masked_mean(gap, valid),
+            "sampler_gap_max": torch.where(valid, gap, 0.0).max(),
+            "behav_weight_mean": _masked_mean(w, valid),
+            "behav_capped_frac": _masked_mean((w != raw).to(raw.dtype), valid),
+            # k3 of KL(behaviour || proximal) from behaviour samples: r - 1 - log r, r = prox/behaviour
+            "behav_kl": _masked_mean(raw - 1.0 - behav_log, valid),
+        }
+    metrics.update(ratio_metrics(log_ratio, ratio, valid), dropped_nonfinite=dropped)
+    return loss, metrics

@@ -1,0 +1,68 @@
+"""train.overlap: 1, the one-step off-policy loop: the rollout of iteration k+1 runs while iteration k
+scores and updates.
+
+Synchronous (train.overlap: 0, the reference), iteration k samples with the
+weights W_k and updates them to W_k+1; the generator waits for the update and
+the update for the generator. Overlapped, the generator's weights are
+refreshed once per iteration, at the start of iteration k, to W_k (no rollout
+is in flight then, so a refresh never tears a chunk), and the rollout of
+k+1 starts at once on them, in a background thread, while the main thread
+scores iteration k's episodes and updates W_k to W_k+1. So iteration k+1
+trains on episodes of the weights one update back (the first iteration of a
+process samples on its own weights, as the synchronous loop). The loss
+corrects for it with the sampler's recorded logprobs (the behaviour policy):
+decoupled PPO (r1/algos/decoupled_ppo.py) clips against W_k+1 scored in step
+2 (the proximal policy) and weights by proximal/behaviour.
+
+Why a thread and not a process: the generator, its KV cache and the
+environments stay where they are, and the trajectories come back as Python
+objects. The thread runs only the agent loop (the generator has its own copy
+of the weights: r1/actor.generator_model): every collective (the refresh's
+gather under FSDP, check_episodes' sums) stays on the main thread, in the same
+order on every rank. On CUDA the thread queues on a stream of its own, so its
+kernels can run beside the update's; its CUDA graphs are captured in
+thread_local mode. Resume is refused: a checkpoint after iteration k holds
+W_k+1, not the W_k the next rollout samples with.
+"""
+import contextlib
+import threading
+import time
+
+import torch
+
+
+class Background:
+    """fn() running in a thread; `result()` waits and returns it, or raises what it raised."""
+
+    def __init__(self, fn, device: torch.device):
+        self.seconds = 0.0  # the thread's own wall time
+        self._out, self._err = None, None
+        stream = None
+        if device.type == "cuda":
+            stream = torch.cuda.Stream(device)
+            stream.wait_stream(torch.cuda.current_stream(device))  # the refreshed weights first
+
+        def run():
+            t0 = time.time()
+            try:
+                with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+                    self._out = fn()
+                if stream is not None:
+                    stream.synchronize()
+            except BaseException as e:  # noqa: BLE001 - re-raised on the main thread by result()
+                self._err = e
+            finally:
+                self.seconds = time.time() - t0
+
+        self._thread = threading.Thread(target=run, name="r1-rollout", daemon=True)
+        self._thread.start()
+
+    def result(self):
+        self._thread.join()
+        if self._err is not None:
+            raise self._err
+        return self._out
+
+    def wait(self):
+        """Join without taking the result (an error stays for result())."""
+        self._thread.join()

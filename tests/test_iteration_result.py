@@ -1,0 +1,47 @@
+"""bench/iteration_result.py reads a run's own files: medians over iterations 2..n, the fields the issue asks
+for, and a refusal for a run too short to have a median."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from iteration_result import run_result  # noqa: E402
+
+
+def fake_run(path, lines, overlap=1):
+    os.makedirs(path)
+    cfg = {"algo": {"advantage": "grpo", "policy_loss": "decoupled_ppo"}, "run": {"memory_fraction": 1.0},
+           "train": {"overlap": overlap, "micro_tokens": 0}}
+    with open(os.path.join(path, "config.yaml"), "w") as f:
+        yaml.safe_dump(cfg, f)
+    with open(os.path.join(path, "metrics.jsonl"), "w") as f:
+        for m in lines:
+            f.write(json.dumps(m) + "\n")
+
+
+def line(elapsed, roll, score, train, play):
+    return {"time_elapsed": elapsed, "time_rollout": roll, "time_score": score, "time_train": train,
+            "time_rollout_play": play, "reward_mean": 0.5}
+
+
+def test_medians_skip_the_first_iteration(tmp_path):
+    run = str(tmp_path / "grpo-o1")
+    fake_run(run, [line(30, 20, 9, 9, 20), line(34, 0.1, 1, 2, 3), line(39, 0.3, 2, 3, 4), line(42, 0.2, 3, 1, 5)])
+    r = run_result(run)
+    assert (r["name"], r["algo"], r["overlap"], r["micro_tokens"]) == ("iteration", "grpo", 1, "auto")
+    assert (r["iteration_s"], r["rollout_s"], r["score_s"], r["update_s"], r["rollout_play_s"]) == (4, 0.2, 2, 2, 4)
+
+
+def test_a_short_run_is_refused(tmp_path):
+    run = str(tmp_path / "short")
+    fake_run(run, [line(1, 1, 1, 1, 1), line(2, 1, 1, 1, 1)])
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "iteration_result.py"), "--runs", run],
+                         capture_output=True, text=True)
+    assert out.returncode != 0 and "need at least 3" in out.stderr
+    with pytest.raises(SystemExit):
+        run_result(run)

@@ -1,0 +1,123 @@
+"""train.overlap: 1 (r1/overlap.py): iteration k+1's episodes are those a synchronous rollout draws from
+the weights before update k, token for token and logprob for logprob; the loss gets their recorded
+sampler logprobs; resume is refused; the config refuses values it cannot mean."""
+import pytest
+import torch
+
+from r1.algos.policy_losses import POLICY_LOSSES, PolicyLoss
+from r1.config import ConfigError, load_config
+from r1.trainer import Trainer
+from test_trainer import SMOKE, TINY
+from test_world2 import CRITIC_KEYS, KEYS, run_both
+
+BASE = [*TINY, "algo.advantage=grpo", "algo.kl_coef=0", "algo.policy_loss=decoupled_ppo", "algo.tis_cap=2",
+        "train.lr=3e-3", "log.tensorboard=false", "log.trajectories=false", "train.steps=3"]
+
+
+def episodes(trajs):
+    """What a rollout decides: per episode, its uid and every step's token ids and sampler logprobs."""
+    return [(t.uid, [(list(s.prompt_ids), list(s.response_ids), list(s.logprobs)) for s in t.steps])
+            for t in sorted(trajs, key=lambda t: t.uid)]
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_overlap_rollouts_are_the_synchronous_ones_one_update_back(tmp_path, monkeypatch, device):
+    """On CUDA (not run on the CPU machine yet): the bf16 generator copy, the rollout's own stream, CUDA
+    graphs captured in the thread while the update runs."""
+    cfg = load_config(SMOKE, [f"run.dir={tmp_path / 'overlap'}", *BASE, "train.overlap=1", f"run.device={device}"])
+    trainer = Trainer(cfg)
+    assert trainer.actor.model is not trainer.learner.policy  # the generator keeps its own weights
+    weights, played, seen = [], {}, []  # weights at the start of each iteration; its episodes; loss inputs
+    iteration, save = trainer.iteration, trainer.save_trajectories
+
+    def recording_iteration(it):
+        seen.append([])
+        weights.append({k: v.clone() for k, v in trainer.learner.policy.state_dict().items()})
+        return iteration(it)
+
+    def recording_save(trajs, it):
+        played[it] = trajs
+        return save(trajs, it)
+
+    loss = POLICY_LOSSES["decoupled_ppo"]
+
+    def recording_loss(batch, algo, norm):
+        seen[-1].append((batch.sampler_logp.clone(), batch.old_logp.clone()))  # ppo_epochs 1: each token once
+        return loss.fn(batch, algo, norm)
+
+    monkeypatch.setattr(trainer, "iteration", recording_iteration)
+    monkeypatch.setattr(trainer, "save_trajectories", recording_save)
+    monkeypatch.setitem(POLICY_LOSSES, "decoupled_ppo", PolicyLoss(recording_loss, loss.keys))
+    lines = []
+    monkeypatch.setattr(trainer.logger, "log", lambda it, m: lines.append(m))
+    trainer.fit()
+    assert sorted(played) == [0, 1, 2] and trainer.pending is None
+    assert [m["policy_lag"] for m in lines] == [0.0, 1.0, 1.0]
+
+    # the synchronous loop, fed the weights each overlapped rollout sampled with
+    sync = Trainer(load_config(SMOKE, [f"run.dir={tmp_path / 'sync'}", *BASE, f"run.device={device}"]))
+    assert (sync.actor.model is sync.learner.policy) == (device == "cpu")
+    for it, version in ((0, 0), (1, 0), (2, 1)):
+        sync.learner.policy.load_state_dict(weights[version])
+        assert episodes(sync.rollout(it)) == episodes(played[it]), it
+        assert all(s.policy_version == version for t in played[it] for s in t.steps)
+    # ... and not those of the weights after that update (the test can tell the two apart)
+    sync.learner.policy.load_state_dict(weights[2])
+    assert episodes(sync.rollout(2)) != episodes(played[2])
+
+    # the loss got the recorded logprobs of the stale sampler, and they differ from the proximal policy's
+    for it in (1, 2):
+        sampler, old = (torch.cat(x) for x in zip(*seen[it]))
+        recorded = sorted(lp for t in played[it] for s in t.steps for lp in s.logprobs)
+        assert torch.equal(torch.sort(sampler).values, torch.tensor(recorded, dtype=torch.float32))
+        assert (sampler - old).abs().max() > 1e-4
+
+
+def test_the_memory_plan_counts_the_generators_own_copy():
+    from r1 import memory
+    from r1.model import tiny_config
+
+    mc = tiny_config(vocab_size=256)
+    plans = [memory.estimate(load_config(SMOKE, extra), mc, 1, "cpu", 2**34) for extra in
+             ([], ["train.overlap=1", "algo.tis_cap=2"])]
+    assert plans[0].items["generator"] == 0 and plans[1].items["generator"] == 4 * memory.param_count(mc)
+
+
+def test_resume_with_overlap_is_refused(tmp_path):
+    run = tmp_path / "run"
+    Trainer(load_config(SMOKE, [f"run.dir={run}", *BASE, "train.overlap=1", "train.steps=1"])).fit()
+    with pytest.raises(ConfigError, match=r"^config key 'train.overlap'=1: run.resume cannot continue"):
+        Trainer(load_config(SMOKE, [f"run.dir={run}", *BASE, "train.overlap=1", "train.steps=2", "run.resume=true"]))
+
+
+@pytest.mark.parametrize("overrides, match", [
+    (["train.overlap=2"], r"config key 'train.overlap'.* must be in \[0, 1\], got 2"),
+    (["train.overlap=-1"], r"config key 'train.overlap'.* must be in \[0, 1\]"),
+    (["train.overlap=1", "algo.policy_loss=ppo", "algo.tis_cap=0"], r"config key 'train.overlap'.*decoupled_ppo"),
+])
+def test_config_refuses(overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config(SMOKE, overrides)
+
+
+def test_config_accepts():
+    assert load_config(SMOKE, ["train.overlap=1", "algo.policy_loss=decoupled_ppo"]).train.overlap == 1
+    assert load_config(SMOKE, ["train.overlap=1", "algo.tis_cap=2"]).train.overlap == 1
+    assert load_config(SMOKE, []).train.overlap == 0
+
+
+def test_world2_equals_world1_with_overlap(tmp_path, tok_dir):
+    """Under FSDP (2 processes, gloo) the rollout thread runs beside the update's collectives; every
+    iteration's numbers equal those of one process, with decoupled PPO on the stale samples."""
+    common = ["train.overlap=1", "algo.policy_loss=decoupled_ppo", "algo.tis_cap=2", "train.steps=3", "train.lr=1e-3",
+              "train.critic_lr=1e-3", "algo.whiten=true"]
+    runs = {"grpo_overlap": ["algo.advantage=grpo", *common],
+            "step_gae_overlap": ["algo.advantage=step_gae", *common]}
+    for name, (one, two) in run_both(tmp_path, tok_dir, runs).items():
+        assert len(one) == len(two) == 3, name
+        assert [m["policy_lag"] for m in one] == [0.0, 1.0, 1.0]
+        for a, b in zip(one, two):
+            assert a["n"] == b["n"] == 8 and a["grad_norm"] > 0, name
+            for k in KEYS + (CRITIC_KEYS if "gae" in name else ()) + ("behav_kl", "logprob_gap_mean"):
+                assert b[k] == pytest.approx(a[k], rel=1e-4, abs=1e-6), (name, k)
+        assert one[2]["behav_kl"] > 0  # the samples are stale, and the loss sees it
