@@ -325,3 +325,29 @@ def test_gpu_fa4_reads_the_cache(hq, hkv, d, L, monkeypatch):
     monkeypatch.setenv("R1_FA4_CACHE", "1")
     A.cache_attention(q, kc, vc, cu, max(n_new), rows, kv_lens, max_kv=L)
     assert calls == [1]
+
+
+def test_attention_bench_collects_pairs_of_runs(tmp_path):
+    """bench/attention.py --collect: each run with fa4 against the same run without it, from the logs'
+    JSON lines (inputs made up here, in tmp_path only), one object per measurement in the issue's fields."""
+    from bench import attention as bench
+    lines = {"train-base": {"name": "train_step", "model": "3b-shape", "ours_s": 2.0, "ours_tok_s": 100},
+             "train-fa4": {"name": "train_step", "model": "3b-shape", "ours_s": 1.6, "ours_tok_s": 125},
+             "agent-base": {"name": "agent_rollout", "model": "3b-shape", "single_turn_s": 4.0, "agent_s": 6.0,
+                            "logprob_gap_mean": 0.01},
+             "agent-fa4": {"name": "agent_rollout", "model": "3b-shape", "single_turn_s": 3.0, "agent_s": 5.0,
+                           "logprob_gap_mean": 0.02},
+             "gap-base": {"name": "logprob_gap", "model": "3b-shape", "gap_mean": 0.01},
+             "gap-fa4": {"name": "logprob_gap", "model": "3b-shape", "gap_mean": 0.012}}
+    import json
+    for name, obj in lines.items():
+        (tmp_path / f"{name}.log").write_text(f"some log line\n{json.dumps(obj)}\ntail\n")
+    rows = bench.collect(str(tmp_path))
+    assert [r["what"].split(",")[0] for r in rows] == ["PPO train step", "single-turn engine", "agent loop",
+                                                       "sampler-trainer logprob gap"]
+    for r in rows:
+        assert r["name"] == "attention" and {"what", "backend", "seconds", "baseline_backend",
+                                             "baseline_seconds"} <= set(r)
+    assert (rows[0]["seconds"], rows[0]["baseline_seconds"]) == (1.6, 2.0)
+    assert (rows[2]["seconds"], rows[2]["baseline_seconds"], rows[2]["logprob_gap_mean"]) == (5.0, 6.0, 0.02)
+    assert (rows[3]["gap_mean"], rows[3]["baseline_gap_mean"]) == (0.012, 0.01)
