@@ -15,11 +15,13 @@
 #                 gap): R1_FA4=0 vs the default (fa4 picked) vs R1_FA4_CACHE=1 (fa4 reads the cache too)
 #   gap-*         bench/logprob_gap.py --model 3b: R1_FA4=0 vs the default
 #   tests-gpu     the rest of pytest -m gpu (fa4 installed: the generator's first prompts go through it)
-#   collect       bench/results/attention_h200.json from all of the above
+#   collect       RESULTS_DIR/attention_h200.json from all of the above (copied to bench/results/ on a GPU)
+# CPU dry run (ran): SKIP="check tests-fa4 tests-gpu train-base train-fa4 gap-base gap-fa4 agent-fa4cache"
+#   bash bench/h200_fa4.sh /tmp/fa4dry .stage/fa4/c2/tok   (kernels: "no CUDA"; agent-*: the CPU's tiny model)
 set -u
 R=$1; TOK=${2:-/root/stage/fa4/tok}; mkdir -p "$R"
 . "$(dirname "$0")/phases.sh"  # log, phase
-log "begin: $(python3 -c 'import torch; print(torch.__version__, torch.cuda.get_device_name())' 2>&1)"
+log "begin: $(python3 -c 'import torch; print(torch.__version__, torch.cuda.get_device_name())' 2>&1 | tail -1)"
 phase check timeout 300 python3 -c "
 import torch; from kernels import attention as A
 q = torch.empty(1, 16, 128, device='cuda', dtype=torch.bfloat16)
@@ -34,7 +36,8 @@ phase gap-base env R1_FA4=0 timeout 240 python3 bench/logprob_gap.py --model 3b
 phase gap-fa4 timeout 240 python3 bench/logprob_gap.py --model 3b
 phase agent-fa4cache env R1_FA4_CACHE=1 timeout 360 python3 bench/agent_rollout.py --model 3b --gap --tokenizer "$TOK"
 phase tests-gpu timeout 480 python3 -m pytest -q -m gpu tests --ignore=tests/test_attention.py
-phase collect python3 bench/attention.py --collect "$R" --out bench/results/attention_h200.json
-cp bench/results/attention_h200.json "$R/" 2>/dev/null
+phase collect python3 bench/attention.py --collect "$R" --out "$R/attention_h200.json"
+# into the repo's bench/results only from a GPU run (a CPU dry run of this script must not leave numbers there)
+python3 -c 'import torch, sys; sys.exit(not torch.cuda.is_available())' && cp "$R/attention_h200.json" bench/results/
 log "ALL DONE"
 touch "$R/ALL.done"

@@ -297,7 +297,7 @@ def test_gpu_fa4_keywords_exist_in_the_installed_api():
 @pytest.mark.gpu
 @fa4_gpu
 @pytest.mark.parametrize("hq,hkv,d", [(16, 2, 128), (32, 8, 128), (8, 1, 64)])
-@pytest.mark.parametrize("L", [32, 300])
+@pytest.mark.parametrize("L", [300, 2048])
 def test_gpu_fa4_reads_the_cache(hq, hkv, d, L, monkeypatch):
     """Decode, chunks and a mixed step (rows of 1 and of several queries) through the page table (one page
     of L positions per slot) and seqused_k: within twice the bf16 math loop's error of the float64 loop;
