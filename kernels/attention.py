@@ -115,8 +115,12 @@ def fa4_refusal(q: torch.Tensor) -> str:
         return "flash_attn.cute is not importable (pip install -r requirements-gpu.txt)"
     if not q.is_cuda or q.dtype not in (torch.float16, torch.bfloat16):
         return f"it needs a CUDA fp16/bf16 tensor, got {q.device.type} {q.dtype}"
-    if _capability(q.device)[0] < 9:
+    major = _capability(q.device)[0]
+    if major < 9:
         return f"it needs compute capability >= 9 (Hopper or newer), this GPU has {_capability(q.device)}"
+    d = q.shape[-1]  # the head dims its 4.0.0b36 sources accept (interface.py _validate_head_dims)
+    if d % 8 or not (8 <= d <= (256 if major == 9 else 128) or d == 256):
+        return f"head dim {d} is not one it takes on compute capability {major}.x"
     return ""
 
 
