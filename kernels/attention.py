@@ -17,7 +17,9 @@ host sync; elsewhere through one padded SDPA call (`_sdpa_chunks`), whose
 boolean mask sent SDPA to a materialising kernel on the H200 (110 ms per
 continuation prefill of the 135M shape in the agent loop, half its wall time).
 
-Backends, picked per call: the `flash_attn` package when installed (CUDA,
+Backends, picked per call: FlashAttention-4 (`fa4`: `flash_attn.cute`, the
+CuTe DSL package of requirements-gpu.txt) on a Hopper or newer GPU (compute
+capability >= 9) in fp16/bf16, then the `flash_attn` package when installed (CUDA,
 fp16/bf16), torch's own FlashAttention `varlen_attn` (torch >= 2.10, CUDA,
 fp16/bf16), else a math path that loops over sequences with SDPA. The math
 path is the reference the tests compare the others with; it needs host
@@ -40,14 +42,32 @@ the math path; with R1_ATTN=triton, everything but decode takes the math path.
 R1_DECODE=sdpa switches the decode step alone back to gather+SDPA, and
 R1_CHUNKS=sdpa sends chunks to the padded SDPA call, R1_CHUNKS=loop to the
 per-row loop (all for comparisons).
+
+fa4 takes packed causal attention (training forward and backward through its
+autograd function, scoring, a generator's first prompts): native GQA, no K/V
+repeated, the only backend that needs no copy for 16 q / 2 kv heads on torch
+2.11. Its import is guarded (any error: absent, silently, so the CPU and GPUs
+without the package run as before); R1_FA4=0 stops picking it, R1_ATTN=fa4
+forces it (a one-line error where it cannot run). Cache reads (decode, chunks)
+stay on the Triton kernels unless R1_FA4_CACHE=1 sends them to fa4 through a
+page table of one page per slot and seqused_k (or R1_ATTN=fa4): opt-in until a
+same-run measurement on the GPU says it is faster. The package is a beta whose
+API moves; a call refused for its signature (TypeError) prints one line naming
+the version and turns fa4 off for the process, falling back to the next backend.
 """
+import functools
 import inspect
 import os
 
 import torch
 import torch.nn.functional as F
 
-try:  # the optional GPU package
+try:  # FlashAttention-4, optional (requirements-gpu.txt); the CuTe DSL may fail in ways other than ImportError
+    from flash_attn.cute import flash_attn_varlen_func as fa4_varlen_func
+except Exception:  # pragma: no cover - depends on the machine
+    fa4_varlen_func = None
+
+try:  # the optional GPU package (FlashAttention-2)
     from flash_attn import flash_attn_varlen_func, flash_attn_with_kvcache
 except ImportError:  # pragma: no cover - depends on the machine
     flash_attn_varlen_func = flash_attn_with_kvcache = None
@@ -76,11 +96,53 @@ def _disable_paged():
     PAGED = False
 
 
+def fa4_version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("flash-attn-4")
+    except Exception:
+        return "unknown"
+
+
+@functools.lru_cache(maxsize=None)
+def _capability(device: torch.device) -> tuple:
+    return torch.cuda.get_device_capability(device)
+
+
+def fa4_refusal(q: torch.Tensor) -> str:
+    """Why fa4 cannot take this query tensor ('' where it can)."""
+    if fa4_varlen_func is None:
+        return "flash_attn.cute is not importable (pip install -r requirements-gpu.txt)"
+    if not q.is_cuda or q.dtype not in (torch.float16, torch.bfloat16):
+        return f"it needs a CUDA fp16/bf16 tensor, got {q.device.type} {q.dtype}"
+    major = _capability(q.device)[0]
+    if major < 9:
+        return f"it needs compute capability >= 9 (Hopper or newer), this GPU has {_capability(q.device)}"
+    d = q.shape[-1]  # the head dims its 4.0.0b36 sources accept (interface.py _validate_head_dims)
+    if d % 8 or not (8 <= d <= (256 if major == 9 else 128) or d == 256):
+        return f"head dim {d} is not one it takes on compute capability {major}.x"
+    return ""
+
+
+def fa4_reads_cache() -> bool:
+    """R1_FA4_CACHE=1: an automatically picked fa4 reads the KV cache too (decode, chunks); else Triton."""
+    return os.environ.get("R1_FA4_CACHE") == "1"
+
+
 def pick_backend(q: torch.Tensor) -> str:
-    """'flash_attn', 'torch_flash' or 'math' for a query tensor; R1_ATTN overrides."""
+    """'fa4', 'flash_attn', 'torch_flash' or 'math' for a query tensor; R1_ATTN overrides."""
     forced = os.environ.get("R1_ATTN")
+    if forced == "fa4" and fa4_refusal(q):
+        raise RuntimeError(f"R1_ATTN=fa4: {fa4_refusal(q)}")
     if forced:
         return forced
+    if fa4_varlen_func is not None and os.environ.get("R1_FA4") != "0" and not fa4_refusal(q):
+        return "fa4"
+    return _without_fa4(q)
+
+
+def _without_fa4(q: torch.Tensor) -> str:
+    """The automatic pick when fa4 is not there (the pick before fa4 existed)."""
     if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16):
         if flash_attn_varlen_func is not None:
             return "flash_attn"
@@ -112,6 +174,12 @@ def varlen_attention(q, k, v, cu_seqlens, max_seqlen: int, backend: str | None =
     rows cu[i]:cu[i+1]), max_seqlen: longest sequence -> out [N, Hq, D].
     """
     backend = backend or pick_backend(q)
+    if backend == "fa4":
+        out = _fa4(q, k, v, cu_seqlens_q=cu_seqlens, cu_seqlens_k=cu_seqlens, max_seqlen_q=max_seqlen,
+                   max_seqlen_k=max_seqlen)
+        if out is not None:
+            return out
+        backend = _without_fa4(q)  # the API moved: fa4 is off now
     if backend == "flash_attn":
         return flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, causal=True)
     if backend == "torch_flash":
@@ -151,6 +219,16 @@ def cache_attention(q, k_cache, v_cache, cu_q, max_q: int, rows, kv_lens, backen
         # per row). A decode step needs no host sync on that path (max_kv = 0: it masks all L keys), so a
         # captured fp32 decode graph works; backend="math" keeps the per-row loop, the reference.
         backend = "sdpa"
+    if backend == "fa4" and picked and not fa4_reads_cache():
+        backend = _without_fa4(q)  # cache reads through fa4 are opt-in: the path of a machine without fa4
+    if backend == "fa4":
+        # One page per slot (page size L), as torch_flash's paged path: no cache row copied, no host sync
+        # (max_q is the bucket's bound; 0 for a mixed by_row step: no bound given).
+        out = _fa4(q, k_cache, v_cache, cu_seqlens_q=cu_q, max_seqlen_q=max_q or None, seqused_k=kv_lens,
+                   page_table=rows.to(torch.int32)[:, None])
+        if out is not None:
+            return out
+        backend = _without_fa4(q)
     if backend == "torch_flash" and not PAGED:
         backend = _decode_fallback(q, k_cache, v_cache, decode)
     if backend == "torch_flash":
@@ -187,6 +265,19 @@ def cache_attention(q, k_cache, v_cache, cu_q, max_q: int, rows, kv_lens, backen
         if e > s:
             out[s:e] = _sdpa(q[s:e], k_cache[slots[b], :n], v_cache[slots[b], :n], n - (e - s))
     return out
+
+
+def _fa4(q, k, v, **kw):
+    """flash_attn.cute's varlen call, causal (bottom-right aligned), native GQA -> out, or None where the
+    installed version refuses the call's signature: one printed line, fa4 off for the process."""
+    global fa4_varlen_func
+    try:
+        out = fa4_varlen_func(q, k, v, causal=True, **kw)
+    except TypeError as e:  # the beta's API moved (a keyword renamed or gone); shapes it refuses still raise
+        fa4_varlen_func = None
+        print(f"kernels.attention: flash-attn-4 {fa4_version()} refused the call ({str(e)[:160]}); fa4 off")
+        return None
+    return out[0] if isinstance(out, tuple) else out  # (out, lse) in 4.0.0b36
 
 
 def block_map(cu_q, n_blocks: int, block_m: int = 16):

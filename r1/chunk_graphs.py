@@ -21,7 +21,7 @@ capture falls back to the eager forward (a failed capture turns graphs off
 for that kind of chunk, first prompts or continuations, with one printed line).
 
 Used only where the attention of a chunk needs no host value but the bucket's
-max_q: torch's varlen FlashAttention (first prompts) and, for chunks that
+max_q: torch's varlen FlashAttention or fa4 (first prompts) and, for chunks that
 extend live rows (continuations, and the generator's mixed steps, where decode
 rows bring one token each), the Triton decode and chunk kernels by row
 (CacheStep.by_row), which need not even max_q: those graphs are keyed by token
@@ -95,7 +95,8 @@ def usable(model, generator) -> bool:
         return False
     k = generator.cache.k[0]
     q = torch.empty(1, model.cfg.num_heads, model.cfg.head_dim, dtype=generator.dtype, device=generator.device)
-    return (attention.pick_backend(q) == "torch_flash" and not attention.PAGED
+    return (attention.pick_backend(q) in ("torch_flash", "fa4") and not attention.PAGED
+            and not attention.fa4_reads_cache()
             and attention._decode_fallback(q, k, generator.cache.v[0], decode=False) == "triton_chunk")
 
 

@@ -159,3 +159,195 @@ def test_cpu_auto_backend_batches_cache_reads_when_max_kv_is_known(monkeypatch):
     ref = A.cache_attention(q, kc, vc, cu, 4, rows, kv_lens, backend="math")
     got = A.cache_attention(q, kc, vc, cu, max(n_new), rows, kv_lens, max_kv=int(kv_lens.max()))
     assert calls[-1] == "_sdpa_chunks" and (got - ref).abs().max() < 1e-5
+
+
+# FlashAttention-4 (flash_attn.cute): the dispatcher on the CPU, then the kernel against the math reference.
+
+def test_cpu_never_picks_fa4(monkeypatch):
+    """Even with the package importable, a CPU tensor (any dtype) takes the path it took before fa4."""
+    monkeypatch.delenv("R1_ATTN", raising=False)
+    monkeypatch.setattr(A, "fa4_varlen_func", lambda *a, **k: pytest.fail("fa4 called on the CPU"))
+    for dtype in (torch.float32, torch.bfloat16):
+        q, k, v, cu, mx = packed(dtype=dtype)
+        assert A.pick_backend(q) == "math"
+        got = A.varlen_attention(q, k, v, cu, mx)
+        assert torch.equal(got, A.varlen_attention(q, k, v, cu, mx, backend="math"))
+    kc, vc, rows, kv_lens, hq, d, g = cache_case()
+    q = torch.randn(3, hq, d, generator=g)
+    A.cache_attention(q, kc, vc, torch.arange(4, dtype=torch.int32), 1, rows, kv_lens)
+
+
+@pytest.mark.parametrize("installed", [False, True])
+def test_forced_fa4_on_the_cpu_is_a_one_line_error(installed, monkeypatch):
+    monkeypatch.setattr(A, "fa4_varlen_func", (lambda *a, **k: None) if installed else None)
+    monkeypatch.setenv("R1_ATTN", "fa4")
+    q, k, v, cu, mx = packed(dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="R1_ATTN=fa4") as e:
+        A.varlen_attention(q, k, v, cu, mx)
+    assert "\n" not in str(e.value)
+    assert ("not importable" in str(e.value)) != installed  # the reason is the right one
+    assert ("CUDA fp16/bf16" in str(e.value)) == installed
+
+
+def test_fa4_signature_mismatch_warns_once_and_falls_back(monkeypatch, capsys):
+    """A moved API (TypeError on the call) prints one line naming the version, turns fa4 off and the
+    call gets the next backend's result (here the math path's)."""
+    def moved(q, k, v, *, causal, cu_seqlens_q=None, renamed_max_seqlen=None):
+        raise TypeError("flash_attn_varlen_func() got an unexpected keyword argument 'max_seqlen_q'")
+    monkeypatch.setattr(A, "fa4_varlen_func", moved)
+    monkeypatch.setattr(A, "fa4_version", lambda: "4.9.9")
+    q, k, v, cu, mx = packed()
+    got = A.varlen_attention(q, k, v, cu, mx, backend="fa4")
+    assert torch.equal(got, A.varlen_attention(q, k, v, cu, mx, backend="math"))
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1 and "flash-attn-4 4.9.9" in lines[0] and "fa4 off" in lines[0]
+    assert A.fa4_varlen_func is None
+    kc, vc, rows, kv_lens, hq, d, g = cache_case()  # the cache path falls back the same way, silently now
+    qd = torch.randn(3, hq, d, generator=g)
+    cu1 = torch.arange(4, dtype=torch.int32)
+    monkeypatch.setattr(A, "fa4_varlen_func", moved)
+    got = A.cache_attention(qd, kc, vc, cu1, 1, rows, kv_lens, backend="fa4")
+    assert (got - A.cache_attention(qd, kc, vc, cu1, 1, rows, kv_lens, backend="math")).abs().max() < 1e-5
+
+
+def _fa4_ready():
+    if not torch.cuda.is_available():
+        return "no CUDA"
+    if A.fa4_varlen_func is None:
+        return "flash_attn.cute not installed (requirements-gpu.txt)"
+    if torch.cuda.get_device_capability()[0] < 9:
+        return "fa4 needs Hopper or newer"
+    return ""
+
+
+fa4_gpu = pytest.mark.skipif(bool(_fa4_ready()), reason=_fa4_ready() or "fa4 ready")
+# (q heads, kv heads, head dim): MQA, GQA 16/2 (the benches' and Qwen2.5-3B's heads), MHA, head dim 64,
+# 12/4 at 64, Qwen3-4B's heads (32/8, 128)
+FA4_SHAPES = [(8, 1, 128), (16, 2, 128), (8, 8, 128), (16, 2, 64), (12, 4, 64), (32, 8, 128)]
+FA4_LENS = (1, 2047, 5, 300, 1024, 64, 2, 777, 129)
+
+
+def _ref64(q, k, v, cu):
+    """Float64 causal attention per sequence on the tensors' device, differentiable (GQA by repetition)."""
+    rep = q.shape[1] // k.shape[1]
+    outs = []
+    for s, e in zip(cu[:-1].tolist(), cu[1:].tolist()):
+        qs, ks, vs = q[s:e], k[s:e].repeat_interleave(rep, 1), v[s:e].repeat_interleave(rep, 1)
+        att = torch.einsum("qhd,khd->hqk", qs, ks) / qs.shape[-1] ** 0.5
+        mask = torch.ones(e - s, e - s, dtype=torch.bool, device=q.device).triu(1)
+        outs.append(torch.einsum("hqk,khd->qhd", att.masked_fill(mask, float("-inf")).softmax(-1), vs))
+    return torch.cat(outs)
+
+
+def _fwd_bwd(fn, q, k, v, dout):
+    q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    out = fn(q, k, v)
+    out.backward(dout.to(out.dtype))
+    return [t.detach().double() for t in (out, q.grad, k.grad, v.grad)]
+
+
+def _within_twice_the_peer(got, peer, ref, names):
+    for name, g, p, r in zip(names, got, peer, ref):
+        assert torch.isfinite(g).all(), name
+        err, peer_err, floor = (g - r).abs().max(), (p - r).abs().max(), 1e-3 * max(r.abs().max().item(), 1.0)
+        assert err <= 2 * peer_err + floor, (name, err.item(), peer_err.item())
+
+
+@pytest.mark.gpu
+@fa4_gpu
+@pytest.mark.parametrize("hq,hkv,d", FA4_SHAPES)
+def test_gpu_fa4_varlen_forward_backward_against_float64(hq, hkv, d, monkeypatch):
+    """Packed batches of 1..2047 tokens, bf16: fa4's output and q/k/v gradients sit within twice the error
+    of the math path in bf16 (per-sequence SDPA) from the float64 reference, plus a small floor; the
+    dispatcher picks fa4 by itself, and R1_FA4=0 gives the pick of a machine without it."""
+    monkeypatch.delenv("R1_ATTN", raising=False)
+    monkeypatch.delenv("R1_FA4", raising=False)
+    q, k, v, cu, mx = packed(seed=hq + d, lens=FA4_LENS, hq=hq, hkv=hkv, d=d, dtype=torch.bfloat16, device="cuda")
+    assert A.pick_backend(q) == "fa4"
+    dout = torch.randn_like(q)
+    ref = _fwd_bwd(lambda a, b, c: _ref64(a, b, c, cu), q.double(), k.double(), v.double(), dout)
+    got = _fwd_bwd(lambda a, b, c: A.varlen_attention(a, b, c, cu, mx), q, k, v, dout)
+    peer = _fwd_bwd(lambda a, b, c: A.varlen_attention(a, b, c, cu, mx, backend="math"), q, k, v, dout)
+    _within_twice_the_peer(got, peer, ref, ("out", "dq", "dk", "dv"))
+    monkeypatch.setenv("R1_FA4", "0")
+    assert A.pick_backend(q) == A._without_fa4(q) != "fa4"
+
+
+@pytest.mark.gpu
+@fa4_gpu
+def test_gpu_fa4_empty_sequences_and_fp16():
+    """Rows with no token (a CUDA-graph bucket's empty rows) and fp16: finite, and the reference's values."""
+    q, k, v, cu, mx = packed(seed=3, lens=(0, 7, 0, 130, 1), hq=16, hkv=2, d=128, dtype=torch.float16,
+                             device="cuda")
+    got = A.varlen_attention(q, k, v, cu, mx, backend="fa4").double()
+    ref = _ref64(q.double(), k.double(), v.double(), cu)
+    assert torch.isfinite(got).all() and (got - ref).abs().max() < 1e-2
+
+
+@pytest.mark.gpu
+@fa4_gpu
+def test_gpu_fa4_keywords_exist_in_the_installed_api():
+    """Every keyword kernels/attention.py passes is a parameter of the installed flash_attn_varlen_func."""
+    import inspect
+    params = inspect.signature(A.fa4_varlen_func).parameters
+    for kw in ("cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "seqused_k", "page_table", "causal"):
+        assert kw in params, kw
+
+
+@pytest.mark.gpu
+@fa4_gpu
+@pytest.mark.parametrize("hq,hkv,d", [(16, 2, 128), (32, 8, 128), (8, 1, 64)])
+@pytest.mark.parametrize("L", [300, 2048])
+def test_gpu_fa4_reads_the_cache(hq, hkv, d, L, monkeypatch):
+    """Decode, chunks and a mixed step (rows of 1 and of several queries) through the page table (one page
+    of L positions per slot) and seqused_k: within twice the bf16 math loop's error of the float64 loop;
+    by default (no R1_FA4_CACHE) cache reads keep the path of a machine without fa4."""
+    monkeypatch.delenv("R1_ATTN", raising=False)
+    monkeypatch.delenv("R1_FA4_CACHE", raising=False)
+    g = torch.Generator().manual_seed(L + hq)
+    S = 6
+    kc, vc = (torch.randn(S, L, hkv, d, generator=g).to("cuda", torch.bfloat16) for _ in range(2))
+    rows = torch.tensor([4, 0, 5, 2], device="cuda")
+    lens = [L // 3, 1, L, L - 7]
+    kv_lens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    for n_new in ([1, 1, 1, 1], [3, 1, 7, 2], [1, 1, L, 5]):
+        cu = torch.tensor([0, *torch.tensor(n_new).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+        q = torch.randn(int(cu[-1]), hq, d, generator=g).to("cuda", torch.bfloat16)
+        got = A.cache_attention(q, kc, vc, cu, max(n_new), rows, kv_lens, backend="fa4").double()
+        peer = A.cache_attention(q, kc, vc, cu, max(n_new), rows, kv_lens, backend="math").double()
+        ref = A.cache_attention(q.double(), kc.double(), vc.double(), cu, max(n_new), rows, kv_lens,
+                                backend="math")
+        _within_twice_the_peer([got], [peer], [ref], [f"cache {n_new}"])
+    calls = []
+    monkeypatch.setattr(A, "_fa4", lambda *a, **k: calls.append(1))
+    A.cache_attention(q, kc, vc, cu, max(n_new), rows, kv_lens, max_kv=L)
+    assert calls == []
+    monkeypatch.setenv("R1_FA4_CACHE", "1")
+    A.cache_attention(q, kc, vc, cu, max(n_new), rows, kv_lens, max_kv=L)
+    assert calls == [1]
+
+
+def test_attention_bench_collects_pairs_of_runs(tmp_path):
+    """bench/attention.py --collect: each run with fa4 against the same run without it, from the logs'
+    JSON lines (inputs made up here, in tmp_path only), one object per measurement in the issue's fields."""
+    from bench import attention as bench
+    lines = {"train-base": {"name": "train_step", "model": "3b-shape", "ours_s": 2.0, "ours_tok_s": 100},
+             "train-fa4": {"name": "train_step", "model": "3b-shape", "ours_s": 1.6, "ours_tok_s": 125},
+             "agent-base": {"name": "agent_rollout", "model": "3b-shape", "single_turn_s": 4.0, "agent_s": 6.0,
+                            "logprob_gap_mean": 0.01},
+             "agent-fa4": {"name": "agent_rollout", "model": "3b-shape", "single_turn_s": 3.0, "agent_s": 5.0,
+                           "logprob_gap_mean": 0.02},
+             "gap-base": {"name": "logprob_gap", "model": "3b-shape", "gap_mean": 0.01},
+             "gap-fa4": {"name": "logprob_gap", "model": "3b-shape", "gap_mean": 0.012}}
+    import json
+    for name, obj in lines.items():
+        (tmp_path / f"{name}.log").write_text(f"some log line\n{json.dumps(obj)}\ntail\n")
+    rows = bench.collect(str(tmp_path))
+    assert [r["what"].split(",")[0] for r in rows] == ["PPO train step", "single-turn engine", "agent loop",
+                                                       "sampler-trainer logprob gap"]
+    for r in rows:
+        assert r["name"] == "attention" and {"what", "backend", "seconds", "baseline_backend",
+                                             "baseline_seconds"} <= set(r)
+    assert (rows[0]["seconds"], rows[0]["baseline_seconds"]) == (1.6, 2.0)
+    assert (rows[2]["seconds"], rows[2]["baseline_seconds"], rows[2]["logprob_gap_mean"]) == (5.0, 6.0, 0.02)
+    assert (rows[3]["gap_mean"], rows[3]["baseline_gap_mean"]) == (0.012, 0.01)
