@@ -134,8 +134,9 @@ def setup_sft(cfg, then_rl=None) -> dict:
     examples = [expert_example(tok, m, tools) for m in expert_chats(cfg, rows, tools)]
     fits = [e for e in examples if len(e[0]) <= cfg.env.max_context]
     if not fits:  # before run.dir exists: nothing is written
-        raise ConfigError(f"config key env.max_context={cfg.env.max_context}: none of the task's {len(examples)} "
-                          f"expert chats fits (the shortest is {min((len(e[0]) for e in examples), default=0)} "
+        level = f" level-{cfg.data.sft_level}" if sft_data(cfg) is not cfg else ""  # data.sft_level's chats
+        raise ConfigError(f"config key env.max_context={cfg.env.max_context}: none of the task's {len(examples)}"
+                          f"{level} expert chats fits (the shortest is {min((len(e[0]) for e in examples), default=0)} "
                           f"tokens); raise env.max_context")
     examples = fits
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay, betas=(0.9, 0.95))
