@@ -240,7 +240,8 @@ def eval_before(job, evaluation):
     job.logger.log(0, res)
     job.logger.bar = bar
     if job.d.main:
-        print(f"held-out accuracy before RL: {100 * res.get('eval_accuracy', 0):.1f}% of {res.get('eval_n', 0)} "
+        split = "validation" if job.cfg.eval.split == "val" else "held-out"  # eval.split=val: not the test set
+        print(f"{split} accuracy before RL: {100 * res.get('eval_accuracy', 0):.1f}% of {res.get('eval_n', 0)} "
               f"problems", flush=True)
 
 

@@ -9,6 +9,8 @@ import json
 import os
 import sys
 
+import yaml
+
 from r1.logger import read_back
 
 
@@ -31,6 +33,16 @@ def _fmt(x, pct=False) -> str:
     return f"{100 * x:.1f}%" if pct else f"{x:.3f}"
 
 
+def _eval_split(config_path: str) -> str:
+    """The run's eval.split from its resolved config.yaml ('test' when it cannot be read)."""
+    try:
+        with open(config_path) as f:
+            split = (yaml.safe_load(f) or {}).get("eval", {}).get("split", "test")
+    except (OSError, ValueError, AttributeError, yaml.YAMLError):
+        return "test"
+    return split if isinstance(split, str) else "test"
+
+
 def summarize_run(run_dir: str, config_path: str | None = None) -> list[str]:
     """Lines of text describing the run in run_dir."""
     lines = [f"run folder: {run_dir}"]
@@ -50,22 +62,23 @@ def summarize_run(run_dir: str, config_path: str | None = None) -> list[str]:
         gap = _mean(rl, "logprob_gap_mean")
         if gap is not None:
             lines.append(f"sampler-trainer logprob gap: mean {gap:.2e} over the run")
+    cfg = config_path or os.path.join(run_dir, "config.yaml")
     if evals:
+        label = "validation accuracy" if _eval_split(cfg) == "val" else "held-out accuracy"  # val: not the test set
         a, b = evals[0], evals[-1]
         n = int(b.get("eval_n", 0) or 0)
         when = lambda r: "before RL" if r.get("iter", 0) == 0 else f"after iteration {r['iter']}"  # noqa: E731
         if len(evals) > 1:
-            lines.append(f"held-out accuracy{f' ({n} problems, greedy)' if n else ''}: "
+            lines.append(f"{label}{f' ({n} problems, greedy)' if n else ''}: "
                          f"{_fmt(a['eval_accuracy'], True)} {when(a)} -> {_fmt(b['eval_accuracy'], True)} {when(b)}")
         else:
-            lines.append(f"held-out accuracy: {_fmt(b['eval_accuracy'], True)} {when(b)}")
+            lines.append(f"{label}: {_fmt(b['eval_accuracy'], True)} {when(b)}")
     if os.path.isdir(os.path.join(run_dir, "hf")):
         lines.append(f"policy exported to {os.path.join(run_dir, 'hf')} (loads with transformers)")
     if os.path.isdir(os.path.join(run_dir, "adapter")):  # a LoRA run (r1/lora.py)
         lines.append(f"LoRA adapters in {os.path.join(run_dir, 'adapter')} (peft.PeftModel.from_pretrained over the "
                      f"base model.path)")
-    # the run's own resolved config: the eval hint keeps every override the run was given
-    cfg = config_path or os.path.join(run_dir, "config.yaml")
+    # the run's own resolved config (cfg above): the eval hint keeps every override the run was given
     lines += ["next:",
               f"  python -m r1.trajectory show {run_dir} --iter {len(rl) or 1} --index 0   # read an episode",
               f"  python eval.py --config {cfg} model.path={run_dir} eval.limit=100          # held-out accuracy",
