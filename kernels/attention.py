@@ -116,8 +116,8 @@ def fa4_refusal(q: torch.Tensor) -> str:
     if not q.is_cuda or q.dtype not in (torch.float16, torch.bfloat16):
         return f"it needs a CUDA fp16/bf16 tensor, got {q.device.type} {q.dtype}"
     major = _capability(q.device)[0]
-    if major < 9:
-        return f"it needs compute capability >= 9 (Hopper or newer), this GPU has {_capability(q.device)}"
+    if not 9 <= major <= 12:  # 4.0.0b36's interface.py asserts 8.x-12.x; 8.x keeps torch's kernels here
+        return f"it takes compute capability 9.x to 12.x (Hopper, Blackwell), this GPU has {_capability(q.device)}"
     d = q.shape[-1]  # the head dims its 4.0.0b36 sources accept (interface.py _validate_head_dims)
     if d % 8 or not (8 <= d <= (256 if major == 9 else 128) or d == 256):
         return f"head dim {d} is not one it takes on compute capability {major}.x"

@@ -214,6 +214,7 @@ class Plan:
     build: int = 0  # start-up: every model built whole in float32 before FSDP shards it
     notes: dict = field(default_factory=dict)  # name -> short description
     auto: tuple = ()  # keys chosen by the plan
+    concurrent: bool = False  # train.overlap: the rollout runs during the update, so both transients at once
 
     @property
     def persistent(self) -> int:
@@ -221,8 +222,10 @@ class Plan:
 
     @property
     def peak(self) -> int:
-        """The estimate before the margin: start-up, or the persistent part with the larger phase."""
-        return max(self.build, self.persistent + max(self.update, self.rollout))
+        """The estimate before the margin: start-up, or the persistent part with the larger phase (with both
+        phases under train.overlap)."""
+        phases = self.update + self.rollout if self.concurrent else max(self.update, self.rollout)
+        return max(self.build, self.persistent + phases)
 
     @property
     def margin(self) -> int:
@@ -247,7 +250,8 @@ class Plan:
             ck = "on" if self.checkpointing else "off"
             parts.append(f"update {_gib(self.update)} ({self.micro_tokens} tok/micro-batch, checkpointing {ck})")
         if self.rollout:
-            parts.append(f"rollout {_gib(self.rollout)} ({self.notes.get('rollout', '')})")
+            during = ", during the update: train.overlap" if self.concurrent else ""
+            parts.append(f"rollout {_gib(self.rollout)} ({self.notes.get('rollout', '')}{during})")
         parts.append(f"margin {_gib(self.margin)}")
         auto = f"; auto: {', '.join(self.auto)}" if self.auto else ""
         return (f"memory plan ({self.device}, {_gib(self.capacity)}): {', '.join(parts)}; "
@@ -368,7 +372,7 @@ def estimate(cfg: Config, mc, world: int, device_type: str, capacity: int, devic
     if rank and r["generator"]:  # the generator's copy is built in float32 beside the base, then cast
         build = items["base"] + 4 * P
     return Plan(device or device_type, capacity, world, slots, cache_len, micro_tokens, checkpointing, training,
-                items, update, rollout, build, notes)
+                items, update, rollout, build, notes, concurrent=bool(training and cfg.train.overlap))
 
 
 def plan(cfg: Config, mc, world: int, device_type: str, capacity: int, device: str = "") -> Plan:

@@ -93,6 +93,7 @@ class Trainer:
         self.logger = Logger(cfg.run.dir, self.d.main, cfg.log.tensorboard, cfg.log.progress, cfg.train.steps, self.start)
         self.saver = Saver()  # trajectory files, written in the background
         self.pending = None  # train.overlap: the next iteration's rollout, running (r1/overlap.py)
+        self.fit_start = self.last_iter_s = None  # fit's clock, for train.time_limit with train.overlap
         self.alloc_retries = 0  # CUDA: the caching allocator's free-and-retry count so far
 
     # -- step 1: rollout -----------------------------------------------------
@@ -131,9 +132,20 @@ class Trainer:
             played, seconds, lag = self.pending.result(), self.pending.seconds, 1
             self.pending = None
             self.actor.refresh(self.learner.policy)  # between rollouts: none is in flight
-        if it + 1 < self.cfg.train.steps:
+        if it + 1 < self.cfg.train.steps and not self.ends_the_run():
             self.pending = Background(lambda: self.play(it + 1, policy_version=it), self.device)
         return self.check_episodes(played, it), seconds, lag
+
+    def ends_the_run(self) -> bool:
+        """train.time_limit with train.overlap: whether this iteration will likely pass the limit (time so far
+        plus the last iteration's length, on the slowest rank). Then no next rollout is started: the loop
+        would stop after this iteration and only wait for episodes it drops. If the guess is early, the next
+        iteration plays its own rollout, on-policy (policy_lag 0)."""
+        limit = self.cfg.train.time_limit
+        if not limit or self.fit_start is None:
+            return False
+        late = time.time() - self.fit_start + (self.last_iter_s or 0.0) >= limit
+        return bool(distributed.all_max(float(late), self.d))
 
     def check_episodes(self, trajs: list, it: int) -> list:
         """One bad episode (non-finite sampler logprobs, token ids outside the vocabulary, a non-finite
@@ -265,7 +277,7 @@ class Trainer:
         held-out metrics (train.py passes r1/evaluate.py's), run every eval.every iterations and logged with
         the iteration; the loop itself knows nothing of evaluation."""
         cfg = self.cfg
-        t0 = time.time()
+        t0 = self.fit_start = time.time()
         failed = True
         try:
             for it in range(self.start, cfg.train.steps):
@@ -277,6 +289,8 @@ class Trainer:
                     self.logger.say(line)  # a GPU-sized run on a CPU says what it will cost
                 if wanted(it + 1):  # the report is not the run's time
                     t0 += distributed.all_max(prof["report_s"], self.d)
+                    self.fit_start = t0
+                self.last_iter_s = time.time() - t_it
                 if evaluate is not None and cfg.eval.every and (it + 1) % cfg.eval.every == 0:
                     metrics.update(self.held_out(evaluate))
                 metrics["time_elapsed"] = time.time() - t0  # the loop's wall time so far (this session)

@@ -81,6 +81,11 @@ def test_the_memory_plan_counts_the_generators_own_copy():
     plans = [memory.estimate(load_config(SMOKE, extra), mc, 1, "cpu", 2**34) for extra in
              ([], ["train.overlap=1", "algo.tis_cap=2"])]
     assert plans[0].items["generator"] == 0 and plans[1].items["generator"] == 4 * memory.param_count(mc)
+    # the rollout runs during the update: the peak holds both transients, not the larger one
+    sync, overlap = plans
+    assert sync.peak == sync.persistent + max(sync.update, sync.rollout) and not sync.concurrent
+    assert overlap.concurrent and overlap.peak == overlap.persistent + overlap.update + overlap.rollout
+    assert overlap.rollout > 0 and "during the update: train.overlap" in overlap.line()
 
 
 def test_resume_with_overlap_is_refused(tmp_path):
@@ -121,3 +126,32 @@ def test_world2_equals_world1_with_overlap(tmp_path, tok_dir):
             for k in KEYS + (CRITIC_KEYS if "gae" in name else ()) + ("behav_kl", "logprob_gap_mean"):
                 assert b[k] == pytest.approx(a[k], rel=1e-4, abs=1e-6), (name, k)
         assert one[2]["behav_kl"] > 0  # the samples are stale, and the loss sees it
+
+
+def test_time_limit_starts_no_rollout_it_would_drop(tmp_path, monkeypatch):
+    """With train.time_limit passed, the iteration that ends the run starts no next rollout (its episodes would
+    be dropped after the loop waited for them); the run stops after that iteration, on-policy."""
+    import r1.trainer as trainer_module
+
+    started = []
+    background = trainer_module.Background
+    monkeypatch.setattr(trainer_module, "Background", lambda *a, **k: started.append(1) or background(*a, **k))
+    cfg = load_config(SMOKE, [f"run.dir={tmp_path / 'run'}", *BASE, "train.overlap=1", "train.time_limit=1e-9"])
+    trainer = Trainer(cfg)
+    lines = []
+    monkeypatch.setattr(trainer.logger, "log", lambda it, m: lines.append(m))
+    trainer.fit()
+    assert started == [] and trainer.pending is None
+    assert [m["policy_lag"] for m in lines] == [0.0]  # one iteration, then the limit
+
+
+def test_without_a_time_limit_the_next_rollout_starts(tmp_path, monkeypatch):
+    import r1.trainer as trainer_module
+
+    started = []
+    background = trainer_module.Background
+    monkeypatch.setattr(trainer_module, "Background", lambda *a, **k: started.append(1) or background(*a, **k))
+    trainer = Trainer(load_config(SMOKE, [f"run.dir={tmp_path / 'run'}", *BASE, "train.overlap=1", "train.steps=2"]))
+    monkeypatch.setattr(trainer.logger, "log", lambda it, m: None)
+    trainer.fit()
+    assert started == [1] and trainer.pending is None  # iteration 2's rollout, started during iteration 1
