@@ -20,7 +20,10 @@ compute-bound ones). Measurements behind these choices: docs/LOG.md.
 returns trajectories ordered by (sample, index). Results depend only on the
 samples, the sampling seed and the episode uids, not on scheduling, because
 the generator's noise is keyed by (seed, uid, position) (r1/generate.py).
+`stop` (a threading.Event) cancels a run between chunks with `Cancelled`: the
+trainer sets it when it stops while train.overlap's next rollout still plays.
 """
+import threading
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 from r1.envs.base import Action
@@ -28,6 +31,10 @@ from r1.tokenizer import ChatTokenizer
 from r1.trajectory import Step, Trajectory
 
 _chat_decode = ChatTokenizer.decode
+
+
+class Cancelled(Exception):
+    """A run stopped by its loop's `stop` event: its episodes are dropped."""
 
 
 class AgentEnvLoop:
@@ -38,6 +45,7 @@ class AgentEnvLoop:
         # decode steps per launch; None = the generator's own (its sync_every)
         self.sync_every = sync_every or (4 if getattr(generator, "overlap", False) else None)
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="env") if workers > 0 else None
+        self.stop = threading.Event()  # set: the run in progress ends at its next chunk (Cancelled)
 
     def run(self, samples: list, n: int = 1, policy_version: int = 0, uid_prefix: str = "", groups=None) -> list:
         """Play n episodes per sample. `groups` numbers the samples (default 0..len-1); a
@@ -51,6 +59,8 @@ class AgentEnvLoop:
         overlap = getattr(self.gen, "overlap", False)  # a scripted generator in a test has none
         try:
             while todo or self.live:
+                if self.stop.is_set():
+                    raise Cancelled("the rollout was cancelled")
                 while todo and self.gen.free_slots() > 0 and len(self.live) < self.gen.slots:
                     self._start(*todo.pop(), uid_prefix)
                 if todo and not self.live and not futures and self.gen.free_slots() <= 0:

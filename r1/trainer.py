@@ -133,6 +133,7 @@ class Trainer:
             self.pending = None
             self.actor.refresh(self.learner.policy)  # between rollouts: none is in flight
         if it + 1 < self.cfg.train.steps and not self.ends_the_run():
+            self.actor.loop.stop.clear()
             self.pending = Background(lambda: self.play(it + 1, policy_version=it), self.device)
         return self.check_episodes(played, it), seconds, lag
 
@@ -315,8 +316,10 @@ class Trainer:
                 self.learner.export()
             failed = False
         finally:
-            if self.pending is not None:  # stopped early (time limit, an error): the rollout's episodes are dropped
+            if self.pending is not None:  # stopped early (an error, Ctrl-C): cancel the rollout, drop its episodes
+                self.actor.loop.stop.set()  # it ends at its next chunk (rollout.Cancelled), not after every episode
                 self.pending.wait()
+                self.actor.loop.stop.clear()
                 self.pending = None
             try:
                 self.saver.close()

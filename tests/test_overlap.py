@@ -155,3 +155,41 @@ def test_without_a_time_limit_the_next_rollout_starts(tmp_path, monkeypatch):
     monkeypatch.setattr(trainer.logger, "log", lambda it, m: None)
     trainer.fit()
     assert started == [1] and trainer.pending is None  # iteration 2's rollout, started during iteration 1
+
+
+def test_an_error_cancels_the_pending_rollout(tmp_path, monkeypatch):
+    """An error on the main thread while the next rollout plays: fit sets the loop's stop event, the rollout
+    ends at its next chunk with rollout.Cancelled (not after all its episodes), and the error is what fit
+    raises. The background rollout is held at its first env step until the stop event is set (60 s at most:
+    past that it would finish normally and the test fails on its missing Cancelled)."""
+    import threading
+
+    import r1.trainer as trainer_module
+    from r1.rollout import AgentEnvLoop, Cancelled
+
+    started = []
+    background = trainer_module.Background
+    monkeypatch.setattr(trainer_module, "Background", lambda *a, **k: started.append(background(*a, **k))
+                        or started[-1])
+    entered = threading.Event()
+    step = AgentEnvLoop._step
+
+    def held_step(self, ended, futures):
+        if threading.current_thread().name == "r1-rollout" and not entered.is_set():  # held once
+            entered.set()
+            self.stop.wait(60)
+        return step(self, ended, futures)
+
+    monkeypatch.setattr(AgentEnvLoop, "_step", held_step)
+    trainer = Trainer(load_config(SMOKE, [f"run.dir={tmp_path / 'run'}", *BASE, "train.overlap=1"]))
+    monkeypatch.setattr(trainer.logger, "log", lambda it, m: None)
+
+    def failing_update(*a, **k):
+        assert entered.wait(60)  # the next rollout is playing
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(trainer.learner, "update", failing_update)
+    with pytest.raises(RuntimeError, match="boom"):
+        trainer.fit()
+    assert len(started) == 1 and isinstance(started[0]._err, Cancelled)
+    assert trainer.pending is None and not trainer.actor.loop.stop.is_set()
