@@ -214,11 +214,6 @@ def cache_attention(q, k_cache, v_cache, cu_q, max_q: int, rows, kv_lens, backen
     backend = backend or pick_backend(q)
     B = rows.shape[0]
     decode = q.shape[0] == B and max_q == 1
-    if picked and backend == "math" and (max_kv > 0 or decode):
-        # No GPU kernel applies (the CPU, fp32 on CUDA): the batched SDPA calls (one per layer, not one
-        # per row). A decode step needs no host sync on that path (max_kv = 0: it masks all L keys), so a
-        # captured fp32 decode graph works; backend="math" keeps the per-row loop, the reference.
-        backend = "sdpa"
     if backend == "fa4" and picked and not fa4_reads_cache():
         backend = _without_fa4(q)  # cache reads through fa4 are opt-in: the path of a machine without fa4
     if backend == "fa4":
@@ -229,6 +224,12 @@ def cache_attention(q, k_cache, v_cache, cu_q, max_q: int, rows, kv_lens, backen
         if out is not None:
             return out
         backend = _without_fa4(q)
+    if picked and backend == "math" and (max_kv > 0 or decode):
+        # No GPU kernel applies (the CPU, fp32 on CUDA): the batched SDPA calls (one per layer, not one
+        # per row). A decode step needs no host sync on that path (max_kv = 0: it masks all L keys), so a
+        # captured fp32 decode graph works; backend="math" keeps the per-row loop, the reference. After the
+        # fa4 lines: where fa4 is installed but not reading the cache, the same path as without it.
+        backend = "sdpa"
     if backend == "torch_flash" and not PAGED:
         backend = _decode_fallback(q, k_cache, v_cache, decode)
     if backend == "torch_flash":

@@ -177,6 +177,28 @@ def test_cpu_never_picks_fa4(monkeypatch):
     A.cache_attention(q, kc, vc, torch.arange(4, dtype=torch.int32), 1, rows, kv_lens)
 
 
+def test_installed_fa4_not_reading_the_cache_leaves_decode_on_its_path(monkeypatch):
+    """Where fa4 is picked but cache reads are not opted in, and the pick without it is the math path
+    (fp32, or CUDA without a GPU kernel; simulated on the CPU), decode takes the batched SDPA call a
+    machine without fa4 takes, not the per-row loop (its host syncs cannot be captured)."""
+    monkeypatch.delenv("R1_ATTN", raising=False)
+    monkeypatch.delenv("R1_FA4_CACHE", raising=False)
+    kc, vc, rows, kv_lens, hq, d, g = cache_case()
+    q = torch.randn(3, hq, d, generator=g)
+    calls = []
+    for name in ("_sdpa_decode", "_sdpa"):
+        orig = getattr(A, name)
+        monkeypatch.setattr(A, name, lambda *a, _o=orig, _n=name, **k: calls.append(_n) or _o(*a, **k))
+    cu = torch.arange(4, dtype=torch.int32)
+    before = A.cache_attention(q, kc, vc, cu, 1, rows, kv_lens)
+    assert calls == ["_sdpa_decode"]
+    monkeypatch.setattr(A, "fa4_varlen_func", lambda *a, **k: pytest.fail("fa4 read the cache"))
+    monkeypatch.setattr(A, "fa4_refusal", lambda q: "")  # installed, and this "GPU" takes it
+    assert A.pick_backend(q) == "fa4"
+    calls.clear()
+    assert torch.equal(A.cache_attention(q, kc, vc, cu, 1, rows, kv_lens), before) and calls == ["_sdpa_decode"]
+
+
 @pytest.mark.parametrize("installed", [False, True])
 def test_forced_fa4_on_the_cpu_is_a_one_line_error(installed, monkeypatch):
     monkeypatch.setattr(A, "fa4_varlen_func", (lambda *a, **k: None) if installed else None)
