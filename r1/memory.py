@@ -535,24 +535,23 @@ def _meminfo() -> dict:
     return out
 
 
-def _available_ram() -> int:
+def _ram(key: str) -> int:
+    """/proc/meminfo's `key` in bytes; not Linux: the machine's total, as a ceiling."""
     info = _meminfo()
-    if "MemAvailable" in info:
-        return info["MemAvailable"]
-    try:  # not Linux: the total, as a ceiling
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 8 * GiB
-
-
-def _total_ram() -> int:
-    info = _meminfo()
-    if "MemTotal" in info:
-        return info["MemTotal"]
+    if key in info:
+        return info[key]
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return 8 * GiB
+
+
+def _available_ram() -> int:
+    return _ram("MemAvailable")
+
+
+def _total_ram() -> int:
+    return _ram("MemTotal")
 
 
 def _rss() -> int:

@@ -24,8 +24,8 @@ PPO's own functions (r1/algos/losses.py), so the two cannot drift apart.
 """
 import torch
 
-from r1.algos.losses import (_masked_mean, aggregate, check_policy_inputs, clipped_surrogate, drop_nonfinite,
-                             policy_ratio, ratio_metrics)
+from r1.algos.losses import (_masked_mean, aggregate, check_clip, check_policy_inputs, clipped_surrogate,
+                             drop_nonfinite, policy_ratio, ratio_metrics, sampler_correction)
 
 
 def decoupled_ppo_loss(logp, old_logp, adv, mask, sampler_logp, clip_low=0.2, clip_high=0.2, dual_clip=None,
@@ -39,31 +39,25 @@ def decoupled_ppo_loss(logp, old_logp, adv, mask, sampler_logp, clip_low=0.2, cl
         raise ValueError("decoupled_ppo_loss: needs sampler_logp (the behaviour policy's logprobs)")
     tis_cap = check_policy_inputs("decoupled_ppo_loss", logp, old_logp, adv, mask, sampler_logp, tis_cap,
                                   seg_ids=seg_ids)
-    if not 0.0 <= clip_low < 1.0 or not clip_high >= 0.0:
-        raise ValueError(f"decoupled_ppo_loss: need 0 <= clip_low < 1 and clip_high >= 0, got {clip_low}, {clip_high}")
-    dual_clip = dual_clip or None
-    if dual_clip is not None and not dual_clip > 1.0:
-        raise ValueError(f"decoupled_ppo_loss: dual_clip={dual_clip} must be > 1 (or 0/None for off)")
+    dual_clip = check_clip("decoupled_ppo_loss", clip_low, clip_high, dual_clip)
     valid, old, a, sampler, dropped = drop_nonfinite(logp, old_logp, adv, mask, sampler_logp)
     sampler = torch.where(valid, sampler, old)  # dropped tokens: weight 1, no inf reaches the graph
     log_ratio, ratio = policy_ratio(logp, old, valid, log_ratio_clamp)
     pg, clipped, dual = clipped_surrogate(a, ratio, clip_low, clip_high, dual_clip)
+    pg, metrics = sampler_correction(pg, old, sampler, valid)  # PPO's gap metrics; the weight is below
     behav_log = (old - sampler).clamp(-log_ratio_clamp, log_ratio_clamp)  # [N] log prox/behaviour
     raw = torch.exp(behav_log)
     w = raw if tis_cap is None else raw.clamp(max=tis_cap)
     pg = pg * w
     loss = aggregate(pg, valid, seg_ids, agg, num_segments, norm, seg_sizes)
-    gap = (old - sampler).abs()
     with torch.no_grad():
-        metrics = {
+        metrics.update({
             "clip_frac": _masked_mean(clipped.to(ratio.dtype), valid),
             "dual_clip_frac": _masked_mean(dual.to(ratio.dtype), valid),
-            "sampler_gap_mean": _masked_mean(gap, valid),
-            "sampler_gap_max": torch.where(valid, gap, 0.0).max(),
             "behav_weight_mean": _masked_mean(w, valid),
             "behav_capped_frac": _masked_mean((w != raw).to(raw.dtype), valid),
             # k3 of KL(behaviour || proximal) from behaviour samples: r - 1 - log r, r = prox/behaviour
             "behav_kl": _masked_mean(raw - 1.0 - behav_log, valid),
-        }
+        })
     metrics.update(ratio_metrics(log_ratio, ratio, valid), dropped_nonfinite=dropped)
     return loss, metrics

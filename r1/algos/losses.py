@@ -126,6 +126,16 @@ def check_policy_inputs(name, logp, old_logp, adv, mask, sampler_logp=None, tis_
     return tis_cap
 
 
+def check_clip(name, clip_low, clip_high, dual_clip=None):
+    """The clip settings a PPO-style loss takes -> dual_clip (None when off; 0 means off, as algo.dual_clip = 0)."""
+    if not 0.0 <= clip_low < 1.0 or not clip_high >= 0.0:
+        raise ValueError(f"{name}: need 0 <= clip_low < 1 and clip_high >= 0, got {clip_low}, {clip_high}")
+    dual_clip = dual_clip or None
+    if dual_clip is not None and not dual_clip > 1.0:
+        raise ValueError(f"{name}: dual_clip={dual_clip} must be > 1 (or 0/None for off)")
+    return dual_clip
+
+
 def policy_ratio(logp, old, valid, log_ratio_clamp=20.0, ratio_level="token", ratio_seg=None, num_segments=None):
     """-> (log_ratio [N], ratio [N]). log_ratio = clamp(logp - old, +-log_ratio_clamp) per token; the
     ratio is its exp (token), or the GSPO segment ratio (seq/step): value exp(mean log_ratio over the
@@ -236,11 +246,7 @@ def ppo_policy_loss(
     """
     tis_cap = check_policy_inputs("ppo_policy_loss", logp, old_logp, adv, mask, sampler_logp, tis_cap,
                                   seg_ids=seg_ids, ratio_seg_ids=ratio_seg_ids)
-    if not 0.0 <= clip_low < 1.0 or not clip_high >= 0.0:
-        raise ValueError(f"ppo_policy_loss: need 0 <= clip_low < 1 and clip_high >= 0, got {clip_low}, {clip_high}")
-    dual_clip = dual_clip or None  # 0 means off, as algo.dual_clip = 0
-    if dual_clip is not None and not dual_clip > 1.0:
-        raise ValueError(f"ppo_policy_loss: dual_clip={dual_clip} must be > 1 (or 0/None for off)")
+    dual_clip = check_clip("ppo_policy_loss", clip_low, clip_high, dual_clip)
     if ratio_level not in ("token", "seq", "step"):
         raise ValueError(f"ppo_policy_loss: ratio_level={ratio_level!r} not in ('token', 'seq', 'step')")
     ratio_seg = seg_ids if ratio_seg_ids is None else ratio_seg_ids
