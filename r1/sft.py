@@ -120,7 +120,8 @@ def setup_sft(cfg, then_rl=None) -> dict:
     check_paths(cfg)  # a missing model or data path names its key before anything loads
     torch.manual_seed(cfg.run.seed)
     tok = run_tokenizer(cfg)
-    rows = load_rows(sft_data(cfg), "train")  # the data before the plans: a bad data.path is the first word
+    data = sft_data(cfg)  # data.sft_level's rows, or data.level's
+    rows = load_rows(data, "train")  # the data before the plans: a bad data.path is the first word
     if then_rl is not None:  # the RL phase's env, on its first row: a reset() that raises is found before SFT runs
         check_reset(then_rl, tok, rows)
     model = build_model(cfg.model.path, cfg, tok, d.device, seed=cfg.run.seed)
@@ -134,7 +135,7 @@ def setup_sft(cfg, then_rl=None) -> dict:
     examples = [expert_example(tok, m, tools) for m in expert_chats(cfg, rows, tools)]
     fits = [e for e in examples if len(e[0]) <= cfg.env.max_context]
     if not fits:  # before run.dir exists: nothing is written
-        level = f" level-{cfg.data.sft_level}" if sft_data(cfg) is not cfg else ""  # data.sft_level's chats
+        level = f" level-{data.data.level}" if data is not cfg else ""  # data.sft_level's chats
         raise ConfigError(f"config key env.max_context={cfg.env.max_context}: none of the task's {len(examples)}"
                           f"{level} expert chats fits (the shortest is {min((len(e[0]) for e in examples), default=0)} "
                           f"tokens); raise env.max_context")
