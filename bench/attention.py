@@ -12,9 +12,11 @@ kernels.attention.varlen_attention as the model calls it:
   torch_flash  torch's varlen_attn, K/V repeated for GQA on torch 2.11: the baseline (today's path)
   flash_attn   FlashAttention-2, where installed
   sdpa         per-sequence F.scaled_dot_product_attention(is_causal=True, enable_gqa=True), a loop
-Decode against the KV cache (one query per row, 256 rows, kv_len uniform in 350..450, slots of 2,048): fa4
-through a page table (R1_FA4_CACHE=1's path) against the Triton decode kernel (today's), both inside a CUDA
-graph as the generator runs them (bench/decode_attention.py's timing); eager if fa4 cannot be captured.
+Reads of the KV cache, fa4 through a page table (R1_FA4_CACHE=1's path) against today's Triton kernels, both
+inside a CUDA graph as the generator runs them (bench/decode_attention.py's timing; eager if fa4 cannot be
+captured): a decode step (one query per row, 256 rows, kv_len uniform in 350..450, slots of 2,048) against
+triton_decode, and an appended chunk (64 rows of 16..128 new tokens after prefixes of 300..600) against
+triton_chunk.
 Times are medians over --reps of --iters calls, after warm-up (fa4 compiles its kernels on the first call:
 `first_call_s`).
 
@@ -156,20 +158,33 @@ def kernel_cases(a, device):
     return rows
 
 
-def decode_case(a):
-    """fa4 reading the cache through its page table vs the Triton decode kernel, one decode step."""
+def cache_case(a, chunk):
+    """fa4 reading the cache through its page table vs today's Triton kernel, one step of one layer.
+
+    chunk False: a decode step (one query per row, 256 rows, kv_len 350-450) against triton_decode.
+    chunk True: an appended chunk (64 rows of 16-128 new tokens after a prefix of 300-600, the tool
+    results of the agent loop) against triton_chunk."""
     from bench.decode_attention import graph_ms  # noqa: E402
-    B, hq, hkv, d, L = 256, 16, 2, 128, 2048
+    B, hq, hkv, d, L = (64 if chunk else 256), 16, 2, 128, 2048
     g = torch.Generator().manual_seed(0)
     kc, vc = (torch.randn(B, L, hkv, d, generator=g).to("cuda", torch.bfloat16) for _ in range(2))
-    q = torch.randn(B, hq, d, generator=g).to("cuda", torch.bfloat16)
     rows = torch.randperm(B, generator=g).cuda()
-    lens = torch.randint(350, 451, (B,), generator=g, dtype=torch.int32).cuda()
-    cu = torch.arange(B + 1, dtype=torch.int32, device="cuda")
+    if chunk:
+        n_new = torch.randint(16, 129, (B,), generator=g)
+        lens = (torch.randint(300, 601, (B,), generator=g) + n_new).to(torch.int32).cuda()
+        what = (f"appended chunk against the KV cache, {B} rows of 16-128 new tokens ({int(n_new.sum())}) after "
+                f"prefixes of 300-600, slots of {L}, 16q/2kv hd128, bf16")
+    else:
+        n_new = torch.ones(B, dtype=torch.long)
+        lens = torch.randint(350, 451, (B,), generator=g, dtype=torch.int32).cuda()
+        what = f"decode step against the KV cache, {B} rows, kv_len 350-450, slots of {L}, 16q/2kv hd128, bf16"
+    cu = torch.cat([torch.zeros(1, dtype=torch.long), n_new.cumsum(0)]).to(torch.int32).cuda()
+    q = torch.randn(int(n_new.sum()), hq, d, generator=g).to("cuda", torch.bfloat16)
+    max_q, base = int(n_new.max()), ("triton_chunk" if chunk else "triton")
     res = {}
-    for b in ("fa4", "triton"):
+    for b in ("fa4", base):
         def run(b=b):
-            A.cache_attention(q, kc, vc, cu, 1, rows, lens, backend=b)
+            A.cache_attention(q, kc, vc, cu, max_q, rows, lens, backend=b)
         t = time.perf_counter()
         run()
         sync()
@@ -178,11 +193,10 @@ def decode_case(a):
             res[b] = (graph_ms(run, a.iters, a.reps) / 1e3, first, "cuda graph")
         except Exception as e:  # fa4 not capturable: eager, and say why
             res[b] = (timed(run, a.iters, a.reps)[0], first, f"eager ({type(e).__name__}: {str(e)[:120]})")
-    r = {"name": "attention", "what": f"decode step against the KV cache, {B} rows, kv_len 350-450, slots of {L}, "
-                                      "16q/2kv hd128, bf16", "backend": "fa4", "seconds": round(res["fa4"][0], 7),
-         "baseline_backend": "triton", "baseline_seconds": round(res["triton"][0], 7),
-         "speedup": round(res["triton"][0] / res["fa4"][0], 2), "first_call_s": round(res["fa4"][1], 3),
-         "timing": res["fa4"][2], "baseline_timing": res["triton"][2]}
+    r = {"name": "attention", "what": what, "backend": "fa4", "seconds": round(res["fa4"][0], 7),
+         "baseline_backend": base, "baseline_seconds": round(res[base][0], 7),
+         "speedup": round(res[base][0] / res["fa4"][0], 2), "first_call_s": round(res["fa4"][1], 3),
+         "timing": res["fa4"][2], "baseline_timing": res[base][2]}
     print(json.dumps(r), flush=True)
     return [r]
 
@@ -251,7 +265,8 @@ def main():
     p.add_argument("--collect", default=None, metavar="DIR", help="gather bench/h200_fa4.sh's runs in DIR")
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--reps", type=int, default=5)
-    p.add_argument("--no-decode", action="store_true")
+    p.add_argument("--no-decode", action="store_true", help="no cache cases (decode step, appended chunk)")
+    p.add_argument("--cache-only", action="store_true", help="the cache cases alone")
     p.add_argument("--cpu-check", action="store_true", help="tiny cases on the CPU through the same code; no file")
     a = p.parse_args()
     e = env()
@@ -270,13 +285,14 @@ def main():
         return
     else:
         a.batch = {}
-        rows = kernel_cases(a, "cuda")
-        if "fa4" in backends() and not a.no_decode:
+        rows = [] if a.cache_only else kernel_cases(a, "cuda")
+        for chunk in ((False, True) if "fa4" in backends() and not a.no_decode else ()):
             try:
-                rows += decode_case(a)
+                rows += cache_case(a, chunk)
             except Exception as e:  # fa4 cannot read this cache: a finding, and the kernel rows still count
-                print(json.dumps({"name": "attention", "what": "decode step against the KV cache", "backend": "fa4",
-                                  "error": f"{type(e).__name__}: {str(e)[:200]}"}), flush=True)
+                print(json.dumps({"name": "attention", "what": f"{'chunk' if chunk else 'decode step'} against the "
+                                  "KV cache", "backend": "fa4", "error": f"{type(e).__name__}: {str(e)[:200]}"}),
+                      flush=True)
     rows = [{**r, **{k: v for k, v in e.items() if k not in r}} for r in rows]
     if a.out:
         os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)

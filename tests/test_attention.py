@@ -1,4 +1,6 @@
 """Every attention backend against the math reference, where it can run."""
+import math
+
 import pytest
 import torch
 
@@ -269,10 +271,20 @@ def _fwd_bwd(fn, q, k, v, dout):
 
 
 def _within_twice_the_peer(got, peer, ref, names):
+    """Against the float64 reference: the root-mean-square error within twice the bf16 math path's, and the
+    largest error within twice the math path's plus one bf16 step (ulp) at the reference's largest value.
+    Max |error| alone (the first version of this check) is decided by how a few of the largest entries
+    happen to round: on the H200, fa4's dq at 12q/4kv hd64 was 0.0228 against the math path's 0.0084 with
+    max |dq| 4.3, where one bf16 step is 0.031. Each comparison prints one `ERRS` line for the record."""
     for name, g, p, r in zip(names, got, peer, ref):
         assert torch.isfinite(g).all(), name
-        err, peer_err, floor = (g - r).abs().max(), (p - r).abs().max(), 1e-3 * max(r.abs().max().item(), 1.0)
-        assert err <= 2 * peer_err + floor, (name, err.item(), peer_err.item())
+        err, peer_err = (g - r).abs().max().item(), (p - r).abs().max().item()
+        rms, peer_rms = ((g - r).pow(2).mean().sqrt().item(), (p - r).pow(2).mean().sqrt().item())
+        top = max(r.abs().max().item(), 1.0)
+        ulp = 2.0 ** (math.floor(math.log2(top)) - 7)  # bf16: 8 significant bits
+        print(f"ERRS {name} max {err:.3g} (math {peer_err:.3g}, |ref| {top:.3g}) rms {rms:.3g} (math {peer_rms:.3g})")
+        assert rms <= 2 * peer_rms + 1e-6 * top, (name, "rms", rms, peer_rms)
+        assert err <= 2 * peer_err + ulp, (name, "max", err, peer_err, ulp)
 
 
 @pytest.mark.gpu

