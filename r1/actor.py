@@ -10,8 +10,11 @@ The generator's model is the policy itself on one float32 process; on a GPU
 or under FSDP it is a full copy in the rollout dtype, which `refresh`
 overwrites from the policy's full weights before every use: never stale
 (with train.overlap: 1 also on one float32 process, and one update stale by
-design: r1/overlap.py). A LoRA policy (r1/lora.py) always gets such a copy,
-holding its merged weights W + scale * B @ A.
+design: r1/overlap.py). A LoRA policy (r1/lora.py) gets a generator of its
+own: merged weights W + scale * B @ A in a full copy (model.lora_generator:
+merged), or the shared frozen base with copies of the adapters, which are
+all that `refresh` moves (adapters; the policy itself on one float32
+process without overlap).
 """
 from __future__ import annotations
 
@@ -27,12 +30,15 @@ from r1.tasks.registry import make_env
 
 def generator_model(cfg: Config, tok, d, dtype: torch.dtype, policy=None):
     """The generator's model: `policy` itself on one float32 process (unless train.overlap: then the next
-    rollout samples while the update changes the policy; or LoRA: the copy holds merged weights); otherwise
-    model.path built in the rollout dtype, without gradients (with a policy: a copy that `Actor.refresh` keeps
-    current)."""
-    if (policy is not None and d.world == 1 and dtype == torch.float32 and not cfg.model.lora_rank
+    rollout samples while the update changes the policy; or LoRA with merged weights); a LoRA policy's base
+    with copies of its adapters (model.lora_generator: adapters); otherwise model.path built in the rollout
+    dtype, without gradients (with a policy: a copy that `Actor.refresh` keeps current)."""
+    adapters = bool(cfg.model.lora_rank) and cfg.model.lora_generator == "adapters"
+    if (policy is not None and d.world == 1 and dtype == torch.float32 and (adapters or not cfg.model.lora_rank)
             and not cfg.train.overlap):
         return policy
+    if adapters and policy is not None:  # the base shared, the adapters copied (r1/lora.py generator_copy)
+        return lora.generator_copy(policy, dtype)
     model = build_model(cfg.model.path, cfg, tok, d.device, seed=cfg.run.seed).to(dtype).eval()
     model.requires_grad_(False)
     return model
@@ -55,6 +61,9 @@ class Actor:
             return
         full = distributed.full_state_dict(policy)
         m = self.cfg.model
+        if m.lora_rank and m.lora_generator == "adapters":  # the base is shared (or a frozen copy): adapters only
+            lora.copy_adapters(self.model, full)
+            return
         if m.lora_rank:  # the generator runs the merged weights (one matmul per projection), merged one at a time
             target = self.model.state_dict()
             with torch.no_grad():

@@ -110,6 +110,11 @@ class Model:
     up_proj, down_proj."""
     lora_dropout: float = 0.0
     """Dropout on the adapters' input during the update (never while scoring or sampling)."""
+    lora_generator: str = "merged"
+    """What the generator of a LoRA run samples with: merged = one weight per projection, W + scale * B @ A
+    rounded into the rollout dtype (the fastest decode; in bf16 it drops updates below half a bf16 step of W);
+    adapters = the shared frozen base plus rollout-dtype copies of the adapters, the update's own arithmetic
+    and no second copy of the base (two small matmuls more per projection)."""
 
 
 @dataclass
@@ -341,7 +346,7 @@ class Config:
 
 CHOICES = {
     "run.device": ["auto", "cpu", "cuda"], "run.dtype": ["auto", "float32", "bfloat16"],
-    "model.arch": ["llama", "qwen2", "qwen3"],
+    "model.arch": ["llama", "qwen2", "qwen3"], "model.lora_generator": ["merged", "adapters"],
     "env.context_policy": CONTEXT_POLICIES,
     # the algorithm tables themselves (live: an entry added to a table is a valid choice)
     "algo.advantage": ESTIMATORS, "algo.policy_loss": POLICY_LOSSES, "algo.normalize_reward": REWARD_NORM_MODES,

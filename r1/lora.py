@@ -17,8 +17,13 @@ An adapted projection stays an nn.Linear (`LoRALinear` subclasses it), so
 the base keeps Hugging Face's names (`...q_proj.weight`) and the adapters
 add `...q_proj.lora_A` and `...q_proj.lora_B`: a state dict filtered by
 requires_grad is what a checkpoint holds, `merge` folds the adapters into
-the weights for the generator and the hf/ export, and `peft_state` renames
-them to what `peft.PeftModel.from_pretrained` reads. Dropout applies only
+the weights for the hf/ export (and for the generator under
+model.lora_generator=merged), and `peft_state` renames them to what
+`peft.PeftModel.from_pretrained` reads. Under model.lora_generator=adapters
+the generator runs the shared base with bf16 copies of the adapters
+(`generator_copy`): the update's own arithmetic, where a merge into bf16
+weights rounds away updates below half a bf16 step of W (measured:
+bench/lora_precision.py, docs/LOG.md). Dropout applies only
 to forwards that build a graph (the update), never to scoring or sampling,
 so old logprobs and the generator's agree with the adapter path. Under
 torchrun FSDP2 shards the adapters and value head and leaves the base alone
@@ -41,14 +46,15 @@ TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down
 class LoRALinear(nn.Linear):
     """A frozen nn.Linear (its Parameters, shared as they are) plus trainable A [r, in] and B [out, r]."""
 
-    def __init__(self, base: nn.Linear, rank: int, alpha: float, dropout: float):
+    def __init__(self, base: nn.Linear, rank: int, alpha: float, dropout: float, dtype=None, init: bool = True):
         nn.Module.__init__(self)
         self.in_features, self.out_features = base.in_features, base.out_features
         self.weight, self.bias = base.weight, base.bias  # the same Parameter objects: nothing copied
         dev = base.weight.device
-        self.lora_A = nn.Parameter(torch.empty(rank, self.in_features, device=dev))
-        self.lora_B = nn.Parameter(torch.zeros(self.out_features, rank, device=dev))
-        nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))  # PEFT's init of lora_A
+        self.lora_A = nn.Parameter(torch.zeros(rank, self.in_features, device=dev, dtype=dtype))
+        self.lora_B = nn.Parameter(torch.zeros(self.out_features, rank, device=dev, dtype=dtype))
+        if init:  # (a generator's copy takes its values from the policy instead: no draw from the RNG)
+            nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))  # PEFT's init of lora_A
         self.scale = alpha / rank
         self.dropout = dropout
         self.off = False  # set by adapters_off: the base alone
@@ -127,6 +133,45 @@ class Reference:
     def __call__(self, *args, **kw):
         with adapters_off(self.policy):
             return self.policy(*args, **kw)
+
+
+def generator_copy(policy, dtype: torch.dtype):
+    """The generator's model under model.lora_generator=adapters: the policy's frozen base (the very same
+    Parameter objects where they are in `dtype` already, as on CUDA (bf16) and on the CPU (float32); a cast copy
+    where not) and adapters of its own in `dtype`, the policy's values now, `copy_adapters` later. Nothing in it
+    needs a gradient. It computes what the update scores, x W^T + scale * (x A^T) B^T, so no merge rounds a
+    small update away (bench/lora_precision.py), and it holds no second base: adapters are all it adds."""
+    from r1.model import Transformer
+
+    with torch.device("meta"):
+        gen = Transformer(policy.cfg)
+    src = dict(policy.named_modules())
+    for name, module in gen.named_modules():
+        for pname, p in list(module._parameters.items()):
+            if p is not None:
+                s = src[name]._parameters[pname]
+                module._parameters[pname] = s if s.dtype == dtype else nn.Parameter(s.detach().to(dtype),
+                                                                                   requires_grad=False)
+    for name, m in policy.named_modules():
+        if isinstance(m, LoRALinear):
+            parent, child = name.rsplit(".", 1)
+            owner = gen.get_submodule(parent)
+            rank = m.lora_A.shape[0]
+            copy = LoRALinear(getattr(owner, child), rank, m.scale * rank, 0.0, dtype=dtype, init=False)
+            setattr(owner, child, copy)
+    gen.requires_grad_(False)  # the shared base is frozen already; this reaches the new adapters
+    copy_adapters(gen, policy.state_dict())
+    return gen.eval()
+
+
+def copy_adapters(model, state: dict):
+    """Copy every `X.lora_A` / `X.lora_B` of a state dict into the model's own, in place (CUDA graphs read
+    them where they are), cast to the model's dtype; the base is left alone."""
+    own = dict(model.named_parameters())
+    with torch.no_grad():
+        for k, v in state.items():
+            if k.endswith((".lora_A", ".lora_B")):
+                own[k].copy_(v)
 
 
 def merged_items(state: dict, scale: float):

@@ -12,7 +12,8 @@ model's shape is known, `plan()` adds up, in bytes per process:
   (bfloat16 on CUDA, float32 on the CPU; whole on every rank: FSDP shards
   only what trains), no gradients or moments for it;
   16 bytes a parameter for the adapters (and the critic's value head); no
-  reference (the base with adapters off); the generator always a merged copy;
+  reference (the base with adapters off); the generator a merged copy, or
+  (model.lora_generator: adapters) its adapters over the shared base;
 - the generator's copy: full (unsharded) parameters in the rollout dtype on
   every rank, unless the generator runs the policy itself (one fp32 process);
 - the KV cache: (slots + 1 scratch) x cache_len x layers x 2 (k, v) x
@@ -308,11 +309,17 @@ def estimate(cfg: Config, mc, world: int, device_type: str, capacity: int, devic
             items["critic"], notes["critic"] = per_param * Pc // world, what + shard
         if r["ref"]:
             items["ref"], notes["ref"] = 4 * P // world, "params" + shard
-    shared = world == 1 and g == 4 and not rank and not cfg.train.overlap  # overlap: the generator keeps its copy
+    adapters = bool(rank) and cfg.model.lora_generator == "adapters"
+    shared = world == 1 and g == 4 and (adapters or not rank) and not cfg.train.overlap  # overlap: its own copy
     if r["generator"]:
         items["generator"] = 0 if shared else g * P
         notes["generator"] = "the policy itself" if shared else f"{'bf16' if g == 2 else 'fp32'} copy" + \
             (", merged" if rank else "")
+        if adapters and not shared:  # the base shared where the rollout dtype is the base's (r1/lora.py)
+            same = g == (2 if device_type == "cuda" else 4)
+            items["generator"] = g * A + (0 if same else g * P)
+            notes["generator"] = f"{'bf16' if g == 2 else 'fp32'} adapters" + \
+                (" over the shared base" if same else " + a base copy")
         items["kv cache"] = kv_cache_bytes(mc, slots, cache_len, g)
         notes["kv cache"] = f"{slots} slots x {cache_len}"
     else:

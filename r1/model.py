@@ -343,11 +343,16 @@ def fuse_projections(model: "Transformer"):
     """
     for layer in model.model.layers:
         a, m = layer.self_attn, layer.mlp
-        if not _views_intact(a.fused):  # fusing again would free tensors a live generator's graphs read
-            a.fused = _fuse_linears(a.q_proj, a.k_proj, a.v_proj)
-        if not _views_intact(m.fused):
+        # a projection with LoRA adapters (r1/lora.py) keeps its own forward: a fused matmul would skip them
+        if not _views_intact(a.fused) and not _adapted(a.q_proj, a.k_proj, a.v_proj):
+            a.fused = _fuse_linears(a.q_proj, a.k_proj, a.v_proj)  # (fusing again would free what graphs read)
+        if not _views_intact(m.fused) and not _adapted(m.gate_proj, m.up_proj):
             m.fused = _fuse_linears(m.gate_proj, m.up_proj)
     return model
+
+
+def _adapted(*linears) -> bool:
+    return any("lora_A" in l._parameters for l in linears)
 
 
 def _fuse_linears(*linears):

@@ -359,3 +359,84 @@ def test_memory_plan_counts_one_frozen_base_and_suggests_lora():
     small = tiny_config("llama", vocab_size=256)
     p_cpu = memory.plan(load_config(SMOKE, LORA), small, 1, "cpu", 64 * memory.GiB)
     assert p_cpu.items["base"] == 4 * memory.param_count(small) == p_cpu.items["generator"]
+
+
+def test_adapters_generator_shares_the_base_and_scores_as_the_update():
+    """model.lora_generator=adapters: the generator holds the policy's base Parameter objects (nothing copied)
+    and copies of the adapters that refresh moves; in float32 it scores exactly as the policy, and in bf16 (the
+    CUDA set-up: bf16 base, float32 adapters under autocast) exactly as the update does, where the merged bf16
+    weights do not. A fused projection would skip the adapters: the generator does not fuse them."""
+    from r1.actor import Actor
+    from r1.model import fuse_projections
+
+    cfg, policy, _, _ = tiny_models(["model.lora_generator=adapters"])
+    randomize_adapters(policy)
+    gen = lora.generator_copy(policy, torch.float32)
+    own = dict(gen.named_parameters())
+    for name, p in policy.named_parameters():
+        if name.endswith(("lora_A", "lora_B")):
+            assert own[name] is not p and torch.equal(own[name], p) and not own[name].requires_grad
+        else:
+            assert own[name] is p  # the shared base
+    seqs = [[3, 5, 7, 9, 11, 13, 2], [2, 4, 6, 8]]
+    ids, pos, cu, mx = pack(seqs)
+    sel = torch.arange(ids.numel() - 1)
+
+    def score(m, autocast=False):
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            return m(ids, pos, cu, mx, sel=sel, targets=ids[1:])[0].float()
+
+    assert torch.equal(score(gen), score(policy))
+    randomize_adapters(policy, seed=7)  # an update: the generator is stale until refresh copies the adapters
+    assert not torch.equal(score(gen), score(policy))
+    Actor.refresh(SimpleNamespace(model=gen, cfg=cfg), policy)
+    assert torch.equal(score(gen), score(policy))
+    assert fuse_projections(gen) is gen and all(layer.self_attn.fused is None and layer.mlp.fused is None
+                                                for layer in gen.model.layers)
+    assert torch.equal(score(gen), score(policy))
+
+    # bf16, as on CUDA: small adapters (B ~ 1e-3), the update's arithmetic against the two generators
+    with torch.no_grad():
+        for name, p in policy.named_parameters():
+            if name.endswith("lora_B"):
+                p.mul_(0.02)
+    policy.to(torch.bfloat16)
+    for m in policy.modules():
+        if isinstance(m, lora.LoRALinear):  # the adapters stay float32, as lora_models leaves them
+            m.lora_A.data, m.lora_B.data = m.lora_A.data.float(), m.lora_B.data.float()
+    update = score(policy, autocast=True)
+    adapters = score(lora.generator_copy(policy, torch.bfloat16))
+    merged_model = build_model("tiny", cfg, FAKE_TOK, torch.device("cpu"), seed=cfg.run.seed).to(torch.bfloat16)
+    merged_model.load_state_dict(lora.merge(policy.state_dict(), cfg.model.lora_alpha / cfg.model.lora_rank))
+    merged = score(merged_model.eval())
+    assert torch.equal(adapters, update)
+    assert (merged - update).abs().max() > 0  # the merge rounded part of the update away
+
+
+def test_adapters_generator_in_a_run_and_its_memory_plan(tmp_path):
+    """A run with train.overlap=1 (a generator of its own on the CPU) and lora_generator=adapters: the
+    generator shares the policy's base, learns through refresh, and the plan counts only its adapters."""
+    from r1.trainer import Trainer
+
+    cfg = load_config(SMOKE, [f"run.dir={tmp_path / 'run'}", *TINY, *LORA, "model.lora_generator=adapters",
+                              "train.overlap=1", "algo.advantage=grpo", "algo.kl_coef=0",
+                              "algo.policy_loss=decoupled_ppo", "algo.tis_cap=2", "train.steps=2", "train.lr=3e-3",
+                              "log.tensorboard=false"])
+    trainer = Trainer(cfg)
+    gen, policy = trainer.actor.model, trainer.learner.policy
+    assert gen is not policy
+    assert gen.model.embed_tokens.weight is policy.model.embed_tokens.weight
+    assert gen.model.layers[0].self_attn.q_proj.weight is policy.model.layers[0].self_attn.q_proj.weight
+    trainer.fit()
+    # B starts at zero: the generator's copy moved with a trained policy (one update behind it: overlap)
+    assert gen.model.layers[0].self_attn.q_proj.lora_B.abs().sum() > 0
+    assert not gen.model.layers[0].self_attn.q_proj.lora_B.requires_grad
+    small = tiny_config("llama", vocab_size=256)
+    A = memory.lora_param_count(small, 4, cfg.model.lora_targets)
+    plan = memory.plan(cfg, small, 1, "cpu", 64 * memory.GiB)
+    assert plan.items["generator"] == 4 * A  # fp32 adapters over the shared fp32 base
+    cuda = memory.plan(load_config(SMOKE, [*LORA, "model.lora_generator=adapters"]), small, 1, "cuda",
+                       64 * memory.GiB)
+    assert cuda.items["generator"] == 2 * A  # bf16 adapters over the shared bf16 base
+    with pytest.raises(ConfigError, match="model.lora_generator"):
+        load_config(SMOKE, [*LORA, "model.lora_generator=unmerged"])
