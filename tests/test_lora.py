@@ -273,12 +273,15 @@ def test_resume_reproduces_uninterrupted_lora_run(tmp_path, capsys):
         assert all(torch.equal(wa[k], wb[k]) for k in wa), name
 
 
-def test_two_processes_match_one(tmp_path, tok_dir):
+@pytest.mark.parametrize("generator", ["merged", "adapters"])
+def test_two_processes_match_one(tmp_path, tok_dir, generator):
     """torchrun with 2 CPU ranks (gloo, FSDP2 sharding the adapters; the frozen base left whole on each rank,
     still one set of tensors for policy and critic) vs 1 process on the same global batch, as
     tests/test_trainer.py checks full fine-tuning: losses and gradient norms catch a gradient summed
-    instead of averaged; the exports match."""
-    common = ["--config", SMOKE, f"model.tokenizer={tok_dir}", *LORA, "rollout.prompts=3", "rollout.n=2",
+    instead of averaged; the exports match. With lora_generator=adapters each rank's generator shares the
+    unsharded base and refreshes its adapters from the gathered ones (one process: the policy itself)."""
+    common = ["--config", SMOKE, f"model.tokenizer={tok_dir}", *LORA, f"model.lora_generator={generator}",
+              "rollout.prompts=3", "rollout.n=2",
               "rollout.max_new_tokens=8", "data.train_size=16", "rollout.temperature=1.0", "train.steps=2",
               "algo.minibatches=1", "train.micro_tokens=1", "log.tensorboard=false", "log.trajectories=false"]
     one, two = str(tmp_path / "one"), str(tmp_path / "two")
