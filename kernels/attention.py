@@ -55,7 +55,9 @@ page table of one page per slot and seqused_k (or R1_ATTN=fa4): on one H200
 Triton's 34 us, and the 3B-shape agent loop ran at 0.71x, so Triton stays the
 default for cache reads (bench/results/attention_h200.json). The package is a beta whose
 API moves; a call refused for its signature (TypeError) prints one line naming
-the version and turns fa4 off for the process, falling back to the next backend.
+the version and turns fa4 off for the process, falling back to the next backend;
+so does a failed backward, tried once on tiny inputs before the first forward
+that builds a graph (a backward that moved would otherwise fail mid-update).
 """
 import functools
 import inspect
@@ -273,10 +275,20 @@ def cache_attention(q, k_cache, v_cache, cu_q, max_q: int, rows, kv_lens, backen
     return out
 
 
+_FA4_BACKWARD_OK: set = set()  # (dtype, q heads, kv heads, head dim) whose backward ran in _fa4_backward_probe
+
+
 def _fa4(q, k, v, **kw):
     """flash_attn.cute's varlen call, causal (bottom-right aligned), native GQA -> out, or None where the
-    installed version refuses the call's signature: one printed line, fa4 off for the process."""
+    installed version refuses the call's signature: one printed line, fa4 off for the process. A call that
+    builds a graph first has its backward tried once (_fa4_backward_probe): a backward that moved would
+    otherwise surface in the middle of loss.backward(), past any fallback."""
     global fa4_varlen_func
+    if fa4_varlen_func is None:  # turned off earlier in this process (a call named the backend anyway)
+        return None
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        if not _fa4_backward_probe(q, k):
+            return None
     try:
         out = fa4_varlen_func(q, k, v, causal=True, **kw)
     except TypeError as e:  # the beta's API moved (a keyword renamed or gone); shapes it refuses still raise
@@ -284,6 +296,33 @@ def _fa4(q, k, v, **kw):
         print(f"kernels.attention: flash-attn-4 {fa4_version()} refused the call ({str(e)[:160]}); fa4 off")
         return None
     return out[0] if isinstance(out, tuple) else out  # (out, lse) in 4.0.0b36
+
+
+def _fa4_backward_probe(q, k) -> bool:
+    """Forward and backward of fa4 on two tiny sequences with q's and k's heads, dtype and device (the kernels
+    the real call compiles anyway), once per such shape: True where both ran; else one printed line, fa4 off
+    for the process, False. The inputs are valid by construction, so any error means this install cannot
+    train here."""
+    global fa4_varlen_func
+    key = (q.dtype, q.shape[1], k.shape[1], q.shape[2])
+    if key in _FA4_BACKWARD_OK:
+        return True
+    g = torch.Generator(device=q.device).manual_seed(0)
+    qp, kp, vp = (torch.randn(8, h, q.shape[2], generator=g, device=q.device).to(q.dtype).requires_grad_()
+                  for h in (q.shape[1], k.shape[1], k.shape[1]))
+    cu = torch.tensor([0, 3, 8], dtype=torch.int32, device=q.device)
+    try:
+        with torch.enable_grad():
+            out = fa4_varlen_func(qp, kp, vp, causal=True, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=5,
+                                  max_seqlen_k=5)
+            (out[0] if isinstance(out, tuple) else out).float().sum().backward()
+    except Exception as e:  # noqa: BLE001 - any failure on valid inputs: this install does not train here
+        fa4_varlen_func = None
+        print(f"kernels.attention: flash-attn-4 {fa4_version()} failed a backward probe "
+              f"({type(e).__name__}: {str(e)[:140]}); fa4 off")
+        return False
+    _FA4_BACKWARD_OK.add(key)
+    return True
 
 
 def block_map(cu_q, n_blocks: int, block_m: int = 16):

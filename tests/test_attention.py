@@ -234,6 +234,59 @@ def test_fa4_signature_mismatch_warns_once_and_falls_back(monkeypatch, capsys):
     assert (got - A.cache_attention(qd, kc, vc, cu1, 1, rows, kv_lens, backend="math")).abs().max() < 1e-5
 
 
+class _FakeFa4(torch.autograd.Function):
+    """The math path as an fa4 stand-in whose backward may raise, for the CPU."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, cu, mx, broken):
+        ctx.save_for_backward(q, k, v, cu)
+        ctx.mx, ctx.broken = mx, broken
+        return A.varlen_attention(q, k, v, cu, mx, backend="math")
+
+    @staticmethod
+    def backward(ctx, dout):
+        if ctx.broken:
+            raise TypeError("_flash_attn_bwd() got an unexpected keyword argument 'softmax_scale'")
+        q, k, v, cu = ctx.saved_tensors
+        with torch.enable_grad():
+            q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+            out = A.varlen_attention(q, k, v, cu, ctx.mx, backend="math")
+            return (*torch.autograd.grad(out, (q, k, v), dout), None, None, None)
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_fa4_backward_is_tried_before_the_first_training_forward(broken, monkeypatch, capsys):
+    """A forward that builds a graph first runs fa4's backward once on tiny inputs: a backward whose API
+    moved prints one line and turns fa4 off before the real call (the update then runs on the next backend,
+    not into a TypeError mid-backward); a working one is tried once per shape and then used."""
+    calls = []
+
+    def fake(q, k, v, *, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
+        calls.append(q.shape[0])
+        return _FakeFa4.apply(q, k, v, cu_seqlens_q, max_seqlen_q, broken), None
+
+    monkeypatch.setattr(A, "fa4_varlen_func", fake)
+    monkeypatch.setattr(A, "fa4_version", lambda: "4.9.9")
+    monkeypatch.setattr(A, "_FA4_BACKWARD_OK", set())
+    q, k, v, cu, mx = packed()
+    with torch.no_grad():  # scoring and sampling build no graph: no probe
+        A.varlen_attention(q, k, v, cu, mx, backend="fa4")
+    assert calls == [q.shape[0]]
+    q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
+    for _ in range(2):
+        out = A.varlen_attention(q, k, v, cu, mx, backend="fa4")
+        out.sum().backward()
+    ref = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    A.varlen_attention(*ref, cu, mx, backend="math").sum().backward()
+    assert torch.allclose(q.grad, 2 * ref[0].grad, atol=1e-5)  # two updates' worth, whichever backend ran
+    lines = capsys.readouterr().out.strip().splitlines()
+    if broken:
+        assert calls == [q.shape[0], 8] and A.fa4_varlen_func is None  # the probe's 8 tokens, then fa4 off
+        assert len(lines) == 1 and "4.9.9 failed a backward probe (TypeError" in lines[0] and "fa4 off" in lines[0]
+    else:
+        assert calls == [q.shape[0], 8, q.shape[0], q.shape[0]] and not lines  # one probe, then the real calls
+
+
 def _fa4_ready():
     if not torch.cuda.is_available():
         return "no CUDA"
