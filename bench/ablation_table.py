@@ -2,9 +2,10 @@
 
     python bench/ablation_table.py RESULTS_DIR [--png-prefix docs/ablation]
 
-One row per lane: iterations run in the shared time, test accuracy (eval.py, all of the test split), the
-paired comparison with the recipe's lane (r1.compare: gained / lost, McNemar p), and the last logged
-entropy. Numbers are copied from the run's files; a lane whose test evaluation is missing is listed as such.
+One row per lane: iterations run in the shared time, validation accuracy (eval.py, all of the validation
+split carved from train: the table picks the next recipe, so it never reads the test split), the paired
+comparison with the recipe's lane (r1.compare: gained / lost, McNemar p), and the last logged entropy.
+Numbers are copied from the run's files; a lane whose evaluation is missing is listed as such.
 """
 import argparse
 import json
@@ -26,18 +27,19 @@ def rows(res: str) -> list:
     out = []
     for n in names:
         m = [x for x in _lines(os.path.join(res, n, "metrics.jsonl")) if "reward_mean" in x]
-        test = _lines(os.path.join(res, f"test-{n}.json"))
-        out.append({"name": n, "iterations": len(m), "test_accuracy": test[-1]["accuracy"] if test else None,
-                    "n": test[-1]["n"] if test else None, "entropy": m[-1].get("entropy") if m else None,
+        val = _lines(os.path.join(res, f"val-{n}.json"))
+        out.append({"name": n, "iterations": len(m), "val_accuracy": val[-1]["accuracy"] if val else None,
+                    "n": val[-1]["n"] if val else None, "entropy": m[-1].get("entropy") if m else None,
                     "vs_recipe": compare.get(n)})
     return out
 
 
 def markdown(table: list) -> str:
-    head = "| lane | iterations | test accuracy | vs recipe (gained / lost, p) | entropy, last |\n| --- | --- | --- | --- | --- |"
+    head = ("| lane | iterations | validation accuracy | vs recipe (gained / lost, p) | entropy, last |\n"
+            "| --- | --- | --- | --- | --- |")
     body = []
     for r in table:
-        acc = "not evaluated" if r["test_accuracy"] is None else f"{100 * r['test_accuracy']:.2f}% of {r['n']}"
+        acc = "not evaluated" if r["val_accuracy"] is None else f"{100 * r['val_accuracy']:.2f}% of {r['n']}"
         c = r["vs_recipe"]
         vs = "" if c is None else f"{c['delta_points']:+.2f} ({c['gained']} / {c['lost']}, p = {c['p']:.2g})"
         ent = "" if r["entropy"] is None else f"{r['entropy']:.3f}"

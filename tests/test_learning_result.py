@@ -51,11 +51,13 @@ def test_ablation_table_reads_the_lanes_files(tmp_path):
         (tmp_path / name).mkdir()
         (tmp_path / name / "metrics.jsonl").write_text(
             "".join(json.dumps({"iter": i, "reward_mean": 0.1, "entropy": 0.3 - i / 100}) + "\n" for i in (1, 2)))
-        (tmp_path / f"test-{name}.json").write_text(json.dumps({"n": 1319, "accuracy": acc}) + "\n")
+        (tmp_path / f"val-{name}.json").write_text(json.dumps({"n": 500, "accuracy": acc}) + "\n")
+        (tmp_path / f"test-{name}.json").write_text(json.dumps({"n": 1319, "accuracy": 0.5}) + "\n")  # never read
     (tmp_path / "compare.jsonl").write_text(json.dumps({"ablation": "grpo", "vs_recipe": {
         "delta_points": -2.0, "gained": 10, "lost": 36, "p": 0.0001}}) + "\n")
     table = ablation_table.rows(str(tmp_path))
     assert [r["name"] for r in table] == ["recipe", "grpo"] and table[1]["iterations"] == 2
     text = ablation_table.markdown(table)
-    assert "| recipe | 2 | 12.00% of 1319 |  | 0.280 |" in text
-    assert "| grpo | 2 | 10.00% of 1319 | -2.00 (10 / 36, p = 0.0001) | 0.280 |" in text
+    assert "validation accuracy" in text and "test" not in text
+    assert "| recipe | 2 | 12.00% of 500 |  | 0.280 |" in text
+    assert "| grpo | 2 | 10.00% of 500 | -2.00 (10 / 36, p = 0.0001) | 0.280 |" in text
