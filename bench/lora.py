@@ -35,7 +35,7 @@ sys.path.insert(0, ROOT)
 
 
 def overrides(shape: str, model_dir: str | None, tok: str | None, rank: int, steps: int, run_dir: str,
-              cpu: bool, generator: str = "merged") -> list:
+              cpu: bool, generator: str = "adapters") -> list:
     """train.py arguments of one run (generator: model.lora_generator, for rank > 0)."""
     args = ["--config", os.path.join(ROOT, "configs", "gsm8k_tool.yaml"), f"run.dir={run_dir}",
             f"model.lora_rank={rank}", f"model.lora_generator={generator}", "train.sft_steps=0", "algo.advantage=step_gae", "algo.kl_coef=0.01",
@@ -79,7 +79,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", default="3b,7b,14b", help="bench/rollout.py SHAPES names, or tiny (CPU dry run)")
     p.add_argument("--ranks", default="0,16", help="model.lora_rank values; 0 = full fine-tuning (the peer)")
-    p.add_argument("--generators", default="merged", help="model.lora_generator values tried for each rank > 0")
+    p.add_argument("--generators", default="adapters", help="model.lora_generator values tried for each rank > 0")
     p.add_argument("--gpus", type=int, default=1)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--tokenizer", default=None, help="an HF tokenizer folder (needed for the random models)")
@@ -100,9 +100,9 @@ def main(argv=None):
                 subprocess.run([sys.executable, os.path.join(ROOT, "bench", "random_model.py"), "--shape", shape,
                                 "--tokenizer", a.tokenizer, "--out", model_dir], check=True)
         runs = [(rank, gen) for rank in map(int, a.ranks.split(","))
-                for gen in (a.generators.split(",") if rank else ["merged"])]
+                for gen in (a.generators.split(",") if rank else ["adapters"])]
         for rank, gen in runs:
-            run_dir = os.path.join(a.runs, f"{shape}-r{rank}-g{a.gpus}" + (f"-{gen}" if gen != "merged" else ""))
+            run_dir = os.path.join(a.runs, f"{shape}-r{rank}-g{a.gpus}" + (f"-{gen}" if gen != "adapters" else ""))
             subprocess.run(["rm", "-rf", run_dir], check=True)
             args = overrides(shape, model_dir, a.tokenizer, rank, a.steps, run_dir, a.cpu, gen)
             launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={a.gpus}"] \

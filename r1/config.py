@@ -110,11 +110,12 @@ class Model:
     up_proj, down_proj."""
     lora_dropout: float = 0.0
     """Dropout on the adapters' input during the update (never while scoring or sampling)."""
-    lora_generator: str = "merged"
-    """What the generator of a LoRA run samples with: merged = one weight per projection, W + scale * B @ A
-    rounded into the rollout dtype (the fastest decode; in bf16 it drops updates below half a bf16 step of W);
-    adapters = the shared frozen base plus rollout-dtype copies of the adapters, the update's own arithmetic
-    and no second copy of the base (two small matmuls more per projection)."""
+    lora_generator: str = "adapters"
+    """What the generator of a LoRA run samples with: adapters = the shared frozen base plus rollout-dtype
+    copies of the adapters, the update's own arithmetic (the sampler-trainer gap of full fine-tuning) and no
+    second copy of the base, for two small matmuls more per projection; merged = one weight per projection,
+    W + scale * B @ A rounded into the rollout dtype, in bf16 ~0.04 nats a token from what the update scores
+    (bench/lora_precision.py) and a full copy of the base, for a decode without the extra matmuls."""
 
 
 @dataclass

@@ -19,10 +19,10 @@ add `...q_proj.lora_A` and `...q_proj.lora_B`: a state dict filtered by
 requires_grad is what a checkpoint holds, `merge` folds the adapters into
 the weights for the hf/ export (and for the generator under
 model.lora_generator=merged), and `peft_state` renames them to what
-`peft.PeftModel.from_pretrained` reads. Under model.lora_generator=adapters
-the generator runs the shared base with bf16 copies of the adapters
-(`generator_copy`): the update's own arithmetic, where a merge into bf16
-weights rounds away updates below half a bf16 step of W (measured:
+`peft.PeftModel.from_pretrained` reads. By default (model.lora_generator:
+adapters) the generator runs the shared base with rollout-dtype copies of the
+adapters (`generator_copy`): the update's own arithmetic, where a merge into
+bf16 weights rounds away updates below half a bf16 step of W (measured:
 bench/lora_precision.py, docs/LOG.md). Dropout applies only
 to forwards that build a graph (the update), never to scoring or sampling,
 so old logprobs and the generator's agree with the adapter path. Under

@@ -196,7 +196,8 @@ def test_run_checkpoints_adapters_only_exports_merged_and_peft(tmp_path):
     from r1.trainer import Trainer
 
     run = str(tmp_path / "run")
-    cfg = load_config(SMOKE, [f"run.dir={run}", *TINY, *LORA, "log.tensorboard=false"])
+    # the merged generator (the default, adapters, is the policy itself on one float32 process)
+    cfg = load_config(SMOKE, [f"run.dir={run}", *TINY, *LORA, "model.lora_generator=merged", "log.tensorboard=false"])
     trainer = Trainer(cfg)
     trainer.fit()
     lines = read_metrics(run)
@@ -351,16 +352,21 @@ def test_memory_plan_counts_one_frozen_base_and_suggests_lora():
     assert plan.fits
     P, A = memory.param_count(mc), memory.lora_param_count(mc, 16, cfg.model.lora_targets)
     assert A == 28 * 16 * (2 * (3584 + 3584) + 2 * (3584 + 512) + 3 * (3584 + 18944))
-    assert plan.items["base"] == 2 * P and plan.items["generator"] == 2 * P  # bf16 base once; merged bf16 copy
+    assert plan.items["base"] == 2 * P and plan.items["generator"] == 2 * A  # bf16 base once; bf16 adapter copies
+    merged = memory.plan(load_config(tool, ["model.lora_rank=16", "train.sft_steps=0", "model.lora_generator=merged"]),
+                         mc, 1, "cuda", cap)
+    assert merged.items["generator"] == 2 * P  # a merged bf16 copy of the whole model
     assert plan.items["policy"] == 16 * A and plan.items["critic"] == 16 * (A + 3584 + 1)
     assert "ref" not in plan.items  # the reference is the base with adapters off
     # no hint where LoRA is set already
     with pytest.raises(ConfigError) as e:
         memory.plan(load_config(tool, ["model.lora_rank=8", "train.sft_steps=0"]), mc, 1, "cuda", 20 * memory.GiB)
     assert "set model.lora_rank" not in str(e.value)
-    # the CPU: the float32 base, no autocast copies; the plan sees the generator's merged copy
+    # the CPU: the float32 base, no autocast copies; the generator is the policy itself, or a merged copy
     small = tiny_config("llama", vocab_size=256)
     p_cpu = memory.plan(load_config(SMOKE, LORA), small, 1, "cpu", 64 * memory.GiB)
+    assert p_cpu.items["base"] == 4 * memory.param_count(small) and p_cpu.items["generator"] == 0
+    p_cpu = memory.plan(load_config(SMOKE, [*LORA, "model.lora_generator=merged"]), small, 1, "cpu", 64 * memory.GiB)
     assert p_cpu.items["base"] == 4 * memory.param_count(small) == p_cpu.items["generator"]
 
 

@@ -18,9 +18,9 @@ def test_a_run_is_ppo_with_critic_and_reference_at_the_gsm8k_tool_batch(tmp_path
     assert cfg.algo.advantage == "step_gae" and cfg.algo.kl_coef == 0.01 and cfg.train.sft_steps == 0
     assert (cfg.rollout.prompts, cfg.rollout.n, cfg.rollout.max_new_tokens) == (64, 8, 192)
     assert cfg.train.steps == 3 and cfg.eval.every == 0
-    assert cfg.model.lora_generator == "merged"
-    adapters = overrides("7b", "/m/7b", "/t", 16, 3, str(tmp_path / "r"), cpu=False, generator="adapters")
-    assert load_config(adapters[1], adapters[2:]).model.lora_generator == "adapters"
+    assert cfg.model.lora_generator == "adapters"
+    merged = overrides("7b", "/m/7b", "/t", 16, 3, str(tmp_path / "r"), cpu=False, generator="merged")
+    assert load_config(merged[1], merged[2:]).model.lora_generator == "merged"
     tiny = overrides("tiny", None, None, 0, 2, str(tmp_path / "r"), cpu=True)
     assert load_config(tiny[1], tiny[2:]).model.path == "tiny"
 

@@ -301,9 +301,14 @@ def test_trainer_tensors_match_the_plan(tmp_path):
     assert plan.micro_tokens == 16384 and not plan.checkpointing
 
 
-def test_trainer_refuses_before_creating_the_run_dir(tmp_path):
+def test_trainer_refuses_before_creating_the_run_dir(tmp_path, monkeypatch):
+    from r1 import memory
     from r1.trainer import Trainer
 
+    # a fixed machine (24 GiB, 21 free): what is free right now would decide which refusal comes first
+    monkeypatch.setattr(memory, "_available_ram", lambda: 21 * memory.GiB)
+    monkeypatch.setattr(memory, "_total_ram", lambda: 24 * memory.GiB)
+    monkeypatch.setattr(memory, "_rss", lambda: 1 * memory.GiB)
     run = tmp_path / "run"
     # within the key's range (<= 65536), far beyond memory: 65536 slots x 16384 positions of the tiny model
     msg = refusal(lambda: Trainer(cfg_of(f"run.dir={run}", "rollout.slots=65536", "rollout.cache_len=16384")))
