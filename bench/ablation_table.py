@@ -5,7 +5,8 @@
 One row per lane: iterations run in the shared time, validation accuracy (eval.py, all of the validation
 split carved from train: the table picks the next recipe, so it never reads the test split), the paired
 comparison with the recipe's lane (r1.compare: gained / lost, McNemar p), and the last logged entropy.
-Numbers are copied from the run's files; a lane whose evaluation is missing is listed as such.
+Numbers are copied from the run's files; a lane whose evaluation is missing is listed as such. Then the lane
+cost: the recipe's iterations in its wave against the same lane run alone (h200_ablate.sh SOLO).
 """
 import argparse
 import json
@@ -34,6 +35,16 @@ def rows(res: str) -> list:
     return out
 
 
+def lane_cost(res: str) -> str:
+    """One line: the recipe's iterations in its wave against alone (bench/h200_ablate.sh SOLO), or ''."""
+    lanes, solo = (len([x for x in _lines(os.path.join(res, *p, "metrics.jsonl")) if "reward_mean" in x])
+                   for p in (("recipe",), ("solo", "recipe")))
+    if not lanes or not solo:
+        return ""
+    return (f"Lane cost: the recipe's lane ran {lanes} iterations beside the others and {solo} alone in the same "
+            f"time and memory fraction ({lanes / solo:.2f} of its speed alone).")
+
+
 def markdown(table: list) -> str:
     head = ("| lane | iterations | validation accuracy | vs recipe (gained / lost, p) | entropy, last |\n"
             "| --- | --- | --- | --- | --- |")
@@ -56,6 +67,9 @@ def main(argv=None):
     if not table:
         sys.exit(f"error: no lanes (folders with metrics.jsonl) in {a.results}")
     print(markdown(table))
+    cost = lane_cost(a.results)
+    if cost:
+        print("\n" + cost)
     if a.png_prefix:
         from r1.plot import plot
 

@@ -8,7 +8,9 @@
 # what the next recipe is chosen from, and the test split is read once per final recipe, never to pick one
 # (issue 29 asked for test here; its own rule 2 and the brief say otherwise).
 #   bench/h200_ablate.sh SFT_HF RESULTS_DIR [RECIPE]      env: ABL_TIME (RL seconds a lane, default 300), LANES,
-#     ONLY (names of ablations to run, default all), EXTRA (overrides for every run, e.g. for a CPU dry run)
+#     ONLY (names of ablations to run, default all), EXTRA (overrides for every run, e.g. for a CPU dry run),
+#     SOLO (default 1: after the waves, the recipe's lane once more ALONE on the GPU, same time and memory
+#     fraction: what sharing the GPU costs a lane, in iterations; ablation_table.py reports it; 0 = skip)
 #   python bench/ablation_table.py RESULTS_DIR            # the README table and the PNG curves, afterwards
 set -u
 S=$1; R=$2; REC=${3:-configs/gsm8k_tool_30min.yaml}; mkdir -p "$R"
@@ -28,6 +30,9 @@ for ((i = 0; i < ${#names[@]}; i += L)); do
   for n in "${names[@]:i:L}"; do lane "$n" & done
   wait
 done
+# what a lane pays for sharing: the recipe's lane alone, same seconds, same memory fraction, no evaluation after
+[ "${SOLO:-1}" = 1 ] && phase "rl-solo" python3 train.py --config "$REC" model.path="$S" run.dir="$R/solo/recipe" \
+  train.sft_steps=0 train.time_limit=$T eval.every=10 eval.limit=200 run.memory_fraction=$F log.progress=false $X
 for n in "${names[@]:1}"; do
   [ -e "$R/val-$n.json" ] && python3 -m r1.compare "$R/val-recipe" "$R/val-$n" 2>/dev/null | tail -1 \
     | sed "s/^/{\"ablation\": \"$n\", \"vs_recipe\": /; s/\$/}/"

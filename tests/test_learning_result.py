@@ -61,3 +61,10 @@ def test_ablation_table_reads_the_lanes_files(tmp_path):
     assert "validation accuracy" in text and "test" not in text
     assert "| recipe | 2 | 12.00% of 500 |  | 0.280 |" in text
     assert "| grpo | 2 | 10.00% of 500 | -2.00 (10 / 36, p = 0.0001) | 0.280 |" in text
+    assert ablation_table.lane_cost(str(tmp_path)) == ""  # no solo run: nothing claimed
+    (tmp_path / "solo" / "recipe").mkdir(parents=True)
+    (tmp_path / "solo" / "recipe" / "metrics.jsonl").write_text(
+        "".join(json.dumps({"iter": i, "reward_mean": 0.1}) + "\n" for i in (1, 2, 3, 4)))
+    assert "ran 2 iterations beside the others and 4 alone" in ablation_table.lane_cost(str(tmp_path))
+    assert "(0.50 of its speed alone)" in ablation_table.lane_cost(str(tmp_path))
+    assert [r["name"] for r in ablation_table.rows(str(tmp_path))] == ["recipe", "grpo"]
