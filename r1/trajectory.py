@@ -320,6 +320,20 @@ def render(t: Trajectory, decode=None) -> str:
     return "\n".join(out)
 
 
+def _saved_iterations(run_dir: str) -> str:
+    """'; saved: iterations 1-3' (what --iter may name in run_dir), or '; RUN_DIR has no trajectories/'."""
+    folder = os.path.join(run_dir, "trajectories")
+    if not os.path.isdir(folder):
+        return f"; {run_dir} has no trajectories/ folder (log.trajectories=false, or not a run folder)"
+    its = sorted(int(m.group(1)) for f in os.listdir(folder) if (m := re.fullmatch(r"iter_(\d+)\.jsonl\.gz", f)))
+    if not its:
+        return f"; {folder} holds no iteration yet"
+    if len(its) == 1:
+        return f"; saved: iteration {its[0]}"
+    return f"; saved: iterations {its[0]}-{its[-1]}" if its == list(range(its[0], its[-1] + 1)) else \
+        f"; saved: iterations {', '.join(map(str, its[:8]))}{' ...' if len(its) > 8 else ''}"
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m r1.trajectory", description="Inspect saved trajectories.")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -333,7 +347,8 @@ def main(argv=None):
     try:
         header, trajs = read(path)
     except (FileNotFoundError, ValueError) as e:  # a typo in RUN_DIR or --iter, a damaged file: one line
-        raise SystemExit(f"error: {e}") from None
+        raise SystemExit(f"error: {e}{_saved_iterations(a.run_dir) if isinstance(e, FileNotFoundError) else ''}") \
+            from None
     if not 0 <= a.index < len(trajs):
         raise SystemExit(f"error: --index {a.index} out of range: iteration {a.iter} has {len(trajs)} trajectories")
     decode = None

@@ -155,6 +155,11 @@ def test_show_cli_prints_turns_rewards_and_masks(tmp_path, tok):
         assert "Traceback" not in out.stderr
     out = show(run, "--iter", 4, "--ids")
     assert out.returncode != 0 and "iter_000004" in out.stderr and "Traceback" not in out.stderr
+    assert out.stderr.strip().endswith("saved: iteration 3")  # what --iter may name
+    save([other], iter_path(str(run), 5))
+    assert show(run, "--iter", 4, "--ids").stderr.strip().endswith("saved: iterations 3, 5")
+    out = show(tmp_path, "--iter", 1)
+    assert out.returncode != 0 and "has no trajectories/ folder" in out.stderr and "\n" not in out.stderr.strip()
 
 
 def test_render_counts_new_prompt_tokens_for_rewritten_prompts():
