@@ -88,8 +88,12 @@ class Actor:
     def play(self, rows: list, n: int, sampling: Sampling, **run) -> list:
         """n episodes per row with this sampling; `run`: AgentEnvLoop.run's policy_version, uid_prefix, groups."""
         self.gen.set_sampling(sampling)
+        training = self.model.training  # the generator may be the policy itself: its mode (LoRA dropout) returns
         self.model.eval()
-        return self.loop.run(rows, n, **run)
+        try:
+            return self.loop.run(rows, n, **run)
+        finally:
+            self.model.train(training)
 
 
 def standalone(cfg: Config) -> Actor:

@@ -341,6 +341,8 @@ def fuse_projections(model: "Transformer"):
     generator calls this for CUDA models whose parameters need no gradient
     unless R1_FUSE=0 (it pays with compiled ops only; docs/LOG.md).
     """
+    if getattr(model, "shares_base", False):  # a LoRA generator over the policy's base (r1/lora.py): fusing
+        return model  # would make a second copy of the weights it shares, which no memory plan counts
     for layer in model.model.layers:
         a, m = layer.self_attn, layer.mlp
         # a projection with LoRA adapters (r1/lora.py) keeps its own forward: a fused matmul would skip them

@@ -287,6 +287,33 @@ def test_fa4_backward_is_tried_before_the_first_training_forward(broken, monkeyp
         assert calls == [q.shape[0], 8, q.shape[0], q.shape[0]] and not lines  # one probe, then the real calls
 
 
+def test_fa4_backward_probe_inside_a_checkpointed_block(monkeypatch, capsys):
+    """The first training forward may run inside activation checkpointing (r1/distributed.py wraps blocks):
+    the probe keeps its tensors out of the checkpoint's hooks, so it passes, and the block's backward (which
+    recomputes the forward, fa4 call included) gives the gradients of the uncheckpointed block."""
+    from torch.utils.checkpoint import checkpoint
+
+    def fake(q, k, v, *, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
+        return _FakeFa4.apply(q, k, v, cu_seqlens_q, max_seqlen_q, False), None
+
+    monkeypatch.setattr(A, "fa4_varlen_func", fake)
+    monkeypatch.setattr(A, "_FA4_BACKWARD_OK", set())
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(16, 16)
+    x, cu = torch.randn(10, 16), torch.tensor([0, 4, 10], dtype=torch.int32)
+
+    def block(x):
+        q = lin(x).view(-1, 4, 4)
+        return A.varlen_attention(q, q, q, cu, 6, backend="fa4").reshape(-1, 16)
+
+    checkpoint(block, x, use_reentrant=False).pow(2).sum().backward()
+    got = lin.weight.grad.clone()
+    lin.weight.grad = None
+    block(x).pow(2).sum().backward()
+    assert torch.allclose(got, lin.weight.grad, atol=1e-6)
+    assert A.fa4_varlen_func is fake and "fa4 off" not in capsys.readouterr().out
+
+
 def _fa4_ready():
     if not torch.cuda.is_available():
         return "no CUDA"

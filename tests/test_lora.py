@@ -404,6 +404,12 @@ def test_adapters_generator_shares_the_base_and_scores_as_the_update():
                                                 for layer in gen.model.layers)
     assert torch.equal(score(gen), score(policy))
 
+    # adapters on q and v only: gate/up could fuse, but that would copy the shared base: nothing is fused
+    cfg2, policy2, _, _ = tiny_models(["model.lora_targets=[q_proj,v_proj]"])
+    gen2 = fuse_projections(lora.generator_copy(policy2, torch.float32))
+    layer, layer2 = gen2.model.layers[0], policy2.model.layers[0]
+    assert layer.mlp.fused is None and layer.mlp.gate_proj.weight is layer2.mlp.gate_proj.weight
+
     # bf16, as on CUDA: small adapters (B ~ 1e-3), the update's arithmetic against the two generators
     with torch.no_grad():
         for name, p in policy.named_parameters():
@@ -449,3 +455,25 @@ def test_adapters_generator_in_a_run_and_its_memory_plan(tmp_path):
     assert cuda.items["generator"] == 2 * A  # bf16 adapters over the shared bf16 base
     with pytest.raises(ConfigError, match="model.lora_generator"):
         load_config(SMOKE, [*LORA, "model.lora_generator=unmerged"])
+
+
+def test_a_policy_that_generates_keeps_its_dropout_for_the_update(tmp_path):
+    """One float32 process: the adapters generator is the policy itself. Sampling runs it in eval mode; the
+    update after it must find it in training mode again, or model.lora_dropout would silently never apply."""
+    from r1.trainer import Trainer
+
+    cfg = load_config(SMOKE, [f"run.dir={tmp_path / 'run'}", *TINY, *LORA, "model.lora_dropout=0.3",
+                              "train.steps=1", "log.tensorboard=false"])
+    trainer = Trainer(cfg)
+    policy = trainer.learner.policy
+    assert trainer.actor.model is policy
+    modes = []
+    update = trainer.learner.update
+
+    def recording(*a, **k):
+        modes.append(all(m.training for m in policy.modules() if isinstance(m, lora.LoRALinear)))
+        return update(*a, **k)
+
+    trainer.learner.update = recording
+    trainer.fit()
+    assert modes == [True]
