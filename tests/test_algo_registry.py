@@ -122,14 +122,24 @@ def test_doc_example_registers_and_trains_with_the_textbook_gradient(tmp_path, t
 
 
 # ---------------------------------------------------------------- CISPO against a float64 loop
-def ref_cispo(logp, old, adv, mask, sampler, clip_low, clip_high, tis_cap, seg, agg):
-    """Loss value and d loss / d logp, token by token in Python floats."""
-    valid = [m > 0 and math.isfinite(o) and math.isfinite(s) for m, o, s in zip(mask, old, sampler)]
+def ref_token_weights(mask, a, b, seg, agg):
+    """(valid, scale) per token for the float64 loss loops: a token counts where its mask is on and both
+    logprobs a, b are finite; scale is 1 / valid tokens (token_mean) or 1 / (segments * the segment's valid
+    tokens) (seq_mean_token_mean)."""
+    valid = [m > 0 and math.isfinite(x) and math.isfinite(y) for m, x, y in zip(mask, a, b)]
     n_seg = {}
     for v, j in zip(valid, seg):
         if v:
             n_seg[j] = n_seg.get(j, 0) + 1
     denom = sum(valid) if agg == "token_mean" else len(n_seg)
+    scale = [0.0 if not v else 1.0 / denom if agg == "token_mean" else 1.0 / (denom * n_seg[j])
+             for v, j in zip(valid, seg)]
+    return valid, scale
+
+
+def ref_cispo(logp, old, adv, mask, sampler, clip_low, clip_high, tis_cap, seg, agg):
+    """Loss value and d loss / d logp, token by token in Python floats."""
+    valid, scales = ref_token_weights(mask, old, sampler, seg, agg)
     loss, grad = 0.0, [0.0] * len(logp)
     for i, v in enumerate(valid):
         if not v:
@@ -138,7 +148,7 @@ def ref_cispo(logp, old, adv, mask, sampler, clip_low, clip_high, tis_cap, seg, 
         w = min(max(rho, 1 - clip_low), 1 + clip_high)
         if tis_cap:
             w *= min(math.exp(old[i] - sampler[i]), tis_cap)
-        scale = 1.0 / denom if agg == "token_mean" else 1.0 / (denom * n_seg[seg[i]])
+        scale = scales[i]
         loss += -w * adv[i] * scale
         grad[i] = -w * adv[i] * scale
     return loss, grad

@@ -9,6 +9,7 @@ from r1.algos.decoupled_ppo import decoupled_ppo_loss
 from r1.algos.losses import ppo_policy_loss
 from r1.algos.policy_losses import POLICY_LOSSES
 from r1.config import ConfigError, load_config
+from test_algo_registry import ref_token_weights
 from test_trainer import SMOKE
 
 F64 = torch.float64
@@ -16,12 +17,7 @@ F64 = torch.float64
 
 def ref_decoupled(logp, prox, adv, mask, behav, clip_low, clip_high, dual_clip, tis_cap, seg, agg):
     """Loss value and d loss / d logp, token by token in Python floats."""
-    valid = [m > 0 and math.isfinite(p) and math.isfinite(b) for m, p, b in zip(mask, prox, behav)]
-    n_seg = {}
-    for v, j in zip(valid, seg):
-        if v:
-            n_seg[j] = n_seg.get(j, 0) + 1
-    denom = sum(valid) if agg == "token_mean" else len(n_seg)
+    valid, scales = ref_token_weights(mask, prox, behav, seg, agg)
     loss, grad = 0.0, [0.0] * len(logp)
     for i, v in enumerate(valid):
         if not v:
@@ -37,7 +33,7 @@ def ref_decoupled(logp, prox, adv, mask, behav, clip_low, clip_high, dual_clip, 
             l, g = -a * clipped, 0.0
         if dual_clip and a < 0 and l > -a * dual_clip:
             l, g = -a * dual_clip, 0.0
-        scale = 1.0 / denom if agg == "token_mean" else 1.0 / (denom * n_seg[seg[i]])
+        scale = scales[i]
         loss += w * l * scale
         grad[i] = w * g * scale
     return loss, grad
