@@ -5,9 +5,6 @@ smoke config shrunk as tests/test_trainer.py does, with model.lora_rank=4.
 """
 import json
 import os
-import socket
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import pytest
@@ -21,6 +18,7 @@ from r1.config import ConfigError, load_config
 from r1.learner import lora_models
 from r1.model import ModelConfig, pack, tiny_config
 from r1.run import build_model
+from test_trainer import one_and_two_processes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMOKE = os.path.join(ROOT, "configs", "smoke.yaml")
@@ -285,24 +283,8 @@ def test_two_processes_match_one(tmp_path, tok_dir, generator):
               "rollout.prompts=3", "rollout.n=2",
               "rollout.max_new_tokens=8", "data.train_size=16", "rollout.temperature=1.0", "train.steps=2",
               "algo.minibatches=1", "train.micro_tokens=1", "log.tensorboard=false", "log.trajectories=false"]
-    one, two = str(tmp_path / "one"), str(tmp_path / "two")
-    env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"}
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={port}",
-           os.path.join(ROOT, "train.py"), *common, f"run.dir={two}"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    train.main(common + [f"run.dir={one}"])  # overlaps with the torchrun start-up
-    out, _ = proc.communicate(timeout=300)
-    assert proc.returncode == 0, out[-3000:]
-    a, b = read_metrics(one), read_metrics(two)
-    assert len(a) == len(b) == 2
-    for ma, mb in zip(a, b):
-        assert ma["n"] == mb["n"] == 6 and ma["mean_response_len"] == mb["mean_response_len"]
-        assert ma["logprob_gap_max"] < 1e-4 and mb["logprob_gap_max"] < 1e-4
-        for k in ("pg_loss", "value_loss", "grad_norm", "critic_grad_norm", "entropy", "reward_mean", "kl_ref"):
-            assert mb[k] == pytest.approx(ma[k], rel=1e-4, abs=1e-6), k
+    one, two = one_and_two_processes(common, tmp_path, ("pg_loss", "value_loss", "grad_norm", "critic_grad_norm",
+                                                         "entropy", "reward_mean", "kl_ref"), timeout=300)
     for name in ("hf/model.safetensors", "adapter/adapter_model.safetensors"):
         wa, wb = load_file(os.path.join(one, name)), load_file(os.path.join(two, name))
         assert wa.keys() == wb.keys()

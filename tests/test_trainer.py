@@ -134,6 +134,28 @@ def test_existing_run_dir_is_refused_untouched(tmp_path, capsys):
     assert after == before
 
 
+def one_and_two_processes(common: list, tmp_path, keys, timeout=240):
+    """train.py with `common` arguments under torchrun on 2 CPU ranks and, overlapping its start-up, in this
+    process; both runs log 2 iterations of 6 episodes whose `keys` agree within 1e-4 and whose sampler-trainer
+    gap stays under 1e-4. -> the two run folders (one process, two)."""
+    one, two = str(tmp_path / "one"), str(tmp_path / "two")
+    env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
+           os.path.join(ROOT, "train.py"), *common, f"run.dir={two}"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    train.main(common + [f"run.dir={one}"])  # overlaps with the torchrun start-up
+    out, _ = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, out[-3000:]
+    a, b = read_metrics(one), read_metrics(two)
+    assert len(a) == len(b) == 2
+    for ma, mb in zip(a, b):
+        assert ma["n"] == mb["n"] == 6 and ma["mean_response_len"] == mb["mean_response_len"]
+        assert ma["logprob_gap_max"] < 1e-4 and mb["logprob_gap_max"] < 1e-4
+        for k in keys:
+            assert mb[k] == pytest.approx(ma[k], rel=1e-4, abs=1e-6), k
+    return one, two
+
+
 def test_two_processes_match_one(tmp_path, tok_dir):
     """torchrun with 2 CPU ranks (gloo, FSDP2) vs 1 process on the same global batch.
 
@@ -148,21 +170,8 @@ def test_two_processes_match_one(tmp_path, tok_dir):
     common = ["--config", SMOKE, f"model.tokenizer={tok_dir}", "rollout.prompts=3", "rollout.n=2",
               "rollout.max_new_tokens=8", "data.train_size=16", "rollout.temperature=1.0", "train.steps=2",
               "algo.minibatches=1", "train.micro_tokens=1", "log.tensorboard=false", "log.trajectories=false"]
-    one, two = str(tmp_path / "one"), str(tmp_path / "two")
-    env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
-           os.path.join(ROOT, "train.py"), *common, f"run.dir={two}"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    train.main(common + [f"run.dir={one}"])  # overlaps with the torchrun start-up
-    out, _ = proc.communicate(timeout=240)
-    assert proc.returncode == 0, out[-3000:]
-    a, b = read_metrics(one), read_metrics(two)
-    assert len(a) == len(b) == 2
-    for ma, mb in zip(a, b):
-        assert ma["n"] == mb["n"] == 6 and ma["mean_response_len"] == mb["mean_response_len"]
-        assert ma["logprob_gap_max"] < 1e-4 and mb["logprob_gap_max"] < 1e-4
-        for k in ("pg_loss", "value_loss", "grad_norm", "critic_grad_norm", "entropy", "reward_mean"):
-            assert mb[k] == pytest.approx(ma[k], rel=1e-4, abs=1e-6), k
+    one, two = one_and_two_processes(common, tmp_path, ("pg_loss", "value_loss", "grad_norm", "critic_grad_norm",
+                                                         "entropy", "reward_mean"))
     wa = load_file(os.path.join(one, "hf", "model.safetensors"))
     wb = load_file(os.path.join(two, "hf", "model.safetensors"))
     for k in wa:
