@@ -160,7 +160,6 @@ def generator_copy(policy, dtype: torch.dtype):
             copy = LoRALinear(getattr(owner, child), rank, m.scale * rank, 0.0, dtype=dtype, init=False)
             setattr(owner, child, copy)
     gen.requires_grad_(False)  # the shared base is frozen already; this reaches the new adapters
-    gen.shares_base = True  # r1/model.py fuse_projections leaves it alone: a fused matmul would copy the base
     copy_adapters(gen, policy.state_dict())
     return gen.eval()
 

@@ -341,20 +341,17 @@ def fuse_projections(model: "Transformer"):
     generator calls this for CUDA models whose parameters need no gradient
     unless R1_FUSE=0 (it pays with compiled ops only; docs/LOG.md).
     """
-    if getattr(model, "shares_base", False):  # a LoRA generator over the policy's base (r1/lora.py): fusing
-        return model  # would make a second copy of the weights it shares, which no memory plan counts
+    if any("lora_A" in mod._parameters for mod in model.modules()):
+        # LoRA (r1/lora.py): a fused matmul would skip an adapted projection's adapters, and fusing the others
+        # would copy the base the generator shares with the policy, which no memory plan counts
+        return model
     for layer in model.model.layers:
         a, m = layer.self_attn, layer.mlp
-        # a projection with LoRA adapters (r1/lora.py) keeps its own forward: a fused matmul would skip them
-        if not _views_intact(a.fused) and not _adapted(a.q_proj, a.k_proj, a.v_proj):
-            a.fused = _fuse_linears(a.q_proj, a.k_proj, a.v_proj)  # (fusing again would free what graphs read)
-        if not _views_intact(m.fused) and not _adapted(m.gate_proj, m.up_proj):
+        if not _views_intact(a.fused):  # fusing again would free tensors a live generator's graphs read
+            a.fused = _fuse_linears(a.q_proj, a.k_proj, a.v_proj)
+        if not _views_intact(m.fused):
             m.fused = _fuse_linears(m.gate_proj, m.up_proj)
     return model
-
-
-def _adapted(*linears) -> bool:
-    return any("lora_A" in l._parameters for l in linears)
 
 
 def _fuse_linears(*linears):
