@@ -9,15 +9,16 @@
 #        TOK (a SmolLM2 tokenizer folder: python -c "from r1.tokenizer import load_tokenizer;
 #        load_tokenizer('smollm2-135m-instruct').hf.save_pretrained('.stage/smol_tok')"),
 #        OUT (default bench/results/lora_h200.json; one JSON line per run is appended),
-#        GENERATORS (default adapters,merged: model.lora_generator values for each rank > 0)
+#        GENERATORS (default adapters,merged: model.lora_generator values for each rank > 0),
+#        TIMEOUT (seconds a run may take, default 3600), TESTS (default 1; 0 skips the CPU proofs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GPUS=${GPUS:-1}; STEPS=${STEPS:-3}; TOK=${TOK:-.stage/smol_tok}
 OUT=${OUT:-bench/results/lora_h200.json}
 SHAPES_RANKS=${SHAPES_RANKS:-"3b:0,16 7b:0,16 14b:16"}; GENERATORS=${GENERATORS:-adapters,merged}
 [ -d "$TOK" ] || python -c "from r1.tokenizer import load_tokenizer; load_tokenizer('smollm2-135m-instruct').hf.save_pretrained('$TOK')"
-python -m pytest -q tests/test_lora.py  # the CPU proofs first, on this machine's torch
+[ "${TESTS:-1}" = 0 ] || python -m pytest -q tests/test_lora.py  # the CPU proofs first, on this machine's torch
 for pair in $SHAPES_RANKS; do
   python bench/lora.py --shapes "${pair%%:*}" --ranks "${pair##*:}" --gpus "$GPUS" --steps "$STEPS" \
-    --generators "$GENERATORS" --tokenizer "$TOK" --out "$OUT"
+    --generators "$GENERATORS" --tokenizer "$TOK" --out "$OUT" --timeout "${TIMEOUT:-3600}"
 done

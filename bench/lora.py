@@ -8,7 +8,8 @@ Each run is `train.py` (torchrun with --gpus > 1) in its own process, so one
 that runs out of memory is recorded (completed false) and the next starts on
 a clean GPU: PPO with a critic (step-level GAE) and a reference (algo.kl_coef
 0.01) at configs/gsm8k_tool.yaml's batch (64 prompts x 8 samples, up to 6
-turns of 192 tokens), no SFT phase, every memory key left to the plan. The
+turns of 192 tokens), no SFT phase, every memory key left to the plan, nothing saved (run.save
+false: one checkpoint of the 3B shape trained in full is 64 GiB). The
 models are random weights of Qwen2.5 shapes (bench/random_model.py: speed
 and memory do not depend on the values; SmolLM2's vocabulary, so the
 tokenizer fits) in a folder made once per shape; rank 0 is full fine-tuning,
@@ -39,7 +40,7 @@ def overrides(shape: str, model_dir: str | None, tok: str | None, rank: int, ste
     """train.py arguments of one run (generator: model.lora_generator, for rank > 0)."""
     args = ["--config", os.path.join(ROOT, "configs", "gsm8k_tool.yaml"), f"run.dir={run_dir}",
             f"model.lora_rank={rank}", f"model.lora_generator={generator}", "train.sft_steps=0", "algo.advantage=step_gae", "algo.kl_coef=0.01",
-            f"train.steps={steps}", "train.checkpoint_every=1000", "eval.every=0", "log.progress=false",
+            f"train.steps={steps}", "run.save=false", "eval.every=0", "log.progress=false",
             "log.trajectories=false", "log.tensorboard=false"]
     if shape == "tiny":
         args += ["model.path=tiny", "model.tokenizer=" + (tok or "smollm2-135m-instruct")]
@@ -52,7 +53,8 @@ def overrides(shape: str, model_dir: str | None, tok: str | None, rank: int, ste
 
 
 def summarize(run_dir: str, steps: int) -> dict:
-    """peak_gib, iteration_s, first_iteration_s, completed from a run's metrics.jsonl."""
+    """peak_gib, iteration_s, first_iteration_s, rollout_tok_s and train_tok_s (means over the iterations after
+    the first, as iteration_s), completed, from a run's metrics.jsonl."""
     path = os.path.join(run_dir, "metrics.jsonl")
     lines = []
     if os.path.isfile(path):
@@ -60,10 +62,17 @@ def summarize(run_dir: str, steps: int) -> dict:
             lines = [json.loads(x) for x in f if x.strip()]
     times = [sum(m.get(k, 0.0) for k in ("time_rollout", "time_score", "time_train", "time_other")) for m in lines]
     later = times[1:] or times[:1]
+    rest = lines[1:] or lines[:1]
+
+    def mean(key):
+        xs = [m[key] for m in rest if key in m]
+        return round(sum(xs) / len(xs)) if xs else None
+
     peaks = [m["peak_mem_gb"] for m in lines if "peak_mem_gb" in m]
     return {"peak_gib": round(max(peaks), 2) if peaks else None,
             "iteration_s": round(sum(later) / len(later), 3) if later else None,
             "first_iteration_s": round(times[0], 3) if times else None,
+            "rollout_tok_s": mean("rollout_tok_s"), "train_tok_s": mean("train_tok_s"),
             "completed": len(lines) == steps}
 
 
@@ -88,6 +97,8 @@ def main(argv=None):
     p.add_argument("--out", default=None, help="append each run's JSON line to this file")
     p.add_argument("--cpu", action="store_true", help="run on the CPU with a small batch (checks the harness)")
     p.add_argument("--timeout", type=int, default=3600, help="seconds a run may take")
+    p.add_argument("--keep-models", action="store_true",
+                   help="keep each shape's random model folder (default: removed after its runs; 14B is 29.5 GB)")
     a = p.parse_args(argv)
     os.makedirs(a.runs, exist_ok=True)
     for shape in a.shapes.split(","):
@@ -127,6 +138,8 @@ def main(argv=None):
             if a.out:
                 with open(a.out, "a") as f:
                     f.write(line + "\n")
+        if model_dir and not a.keep_models:
+            subprocess.run(["rm", "-rf", model_dir], check=True)
 
 
 if __name__ == "__main__":

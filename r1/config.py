@@ -80,6 +80,10 @@ class Run:
     """Share of the GPU's memory this process plans for (r1/memory.py) and may allocate: 1 = all of it; 0.25 lets
     four runs share one GPU side by side, each with its own plan (a small model leaves most of a GPU idle). On a
     CPU the plan uses at most this share of the machine's RAM (planned for, not enforced)."""
+    save: bool = True
+    """Write checkpoints and the final hf/ export (adapter/ too with LoRA). false = metrics, logs and
+    trajectories only, for benchmarks of big shapes (one checkpoint of a 3B model trained in full is 64 GiB):
+    nothing to resume from or to evaluate; needs train.sft_steps=0 (the RL phase starts from the SFT phase's hf/)."""
     dtype: str = "auto"
     """Generator (rollout) dtype: auto (bfloat16 on cuda, float32 on cpu). Training keeps float32 master weights and computes in bf16 on CUDA (autocast on one GPU, FSDP mixed precision on several)."""
 
@@ -809,6 +813,9 @@ def _validate_algo(cfg: Config, origin: dict, name, fail):
                           f"rewards alone (algo.advantage grpo or rloo, reward_level trajectory, whiten false, no "
                           f"KL in the reward), got advantage={a.advantage} reward_level={a.reward_level} "
                           f"whiten={a.whiten} kl_in_reward={a.kl_in_reward} kl_coef={a.kl_coef}")
+    if not cfg.run.save and cfg.train.sft_steps and cfg.train.stage == "rl":
+        raise ConfigError(f"config key {name('run.save')}=false leaves no SFT export for the RL phase to start from: "
+                          f"it needs train.sft_steps=0, got {cfg.train.sft_steps}")
     if cfg.train.overlap and a.policy_loss != "decoupled_ppo" and not a.tis_cap:
         raise ConfigError(f"config key {name('train.overlap')}=1 samples with the weights one update back: it needs "
                           f"algo.policy_loss=decoupled_ppo or algo.tis_cap > 0 to correct for them, got "

@@ -157,6 +157,7 @@ def phase(cfg: Config, mc, world: int, device_type: str, found: Found, label: st
       for SFT) and the tokenizer files. The SFT phase of an RL run leaves its
       sft/hf/ for the RL phase (its checkpoints are removed), so the RL phase
       needs that on top of its own (`carried`).
+    With run.save=false nothing of this is written (a benchmark).
     Not counted: metrics.jsonl, tensorboard events and trajectories (megabytes
     an iteration).
     """
@@ -165,8 +166,8 @@ def phase(cfg: Config, mc, world: int, device_type: str, found: Found, label: st
     dtype_size = 4 if sft else rollout_dtype_bytes(cfg, device_type)  # r1/sft.py exports float32
     existing, _, newest = found.checkpoints.get(cfg.run.dir, (0, 0, 0))
     start = newest if cfg.run.resume else 0
-    n = coexisting(saves(cfg.train.steps, cfg.train.checkpoint_every, start), keep, existing)
-    export = hf_bytes(mc, dtype_size) if start < cfg.train.steps else 0  # a finished run's hf/ is on disk already
+    n = coexisting(saves(cfg.train.steps, cfg.train.checkpoint_every, start) if cfg.run.save else 0, keep, existing)
+    export = hf_bytes(mc, dtype_size) if start < cfg.train.steps and cfg.run.save else 0  # a finished run's hf/ is on disk already
     if export and cfg.model.lora_rank:  # and adapter/ beside the merged hf/
         export += adapter_bytes(mc, cfg.model.lora_rank, cfg.model.lora_targets)
     return Phase(label, checkpoint_bytes(cfg, mc, world), n, export, hf_name, carried)

@@ -191,13 +191,13 @@ def train_sft(s: dict):
                 log.say(line)
             log.log(step + 1, {"sft_loss": float(distributed.all_sum(loss_sum, d)) / d.world, "grad_norm": float(gn),
                                "lr": sched.get_last_lr()[0], "train_tok_s": float(distributed.all_sum(ntok, d)) / dt})
-            if (step + 1) % cfg.train.checkpoint_every == 0 or step + 1 == cfg.train.steps:
+            if cfg.run.save and ((step + 1) % cfg.train.checkpoint_every == 0 or step + 1 == cfg.train.steps):
                 checkpoint.save(cfg.run.dir, step + 1, models, optims, scheds, {"iteration": step + 1}, d,
                                 keep=cfg.train.keep_checkpoints)
         from r1.weights import save_hf
 
-        full = distributed.full_state_dict(model)
-        if d.main:
+        full = distributed.full_state_dict(model) if cfg.run.save else None
+        if d.main and cfg.run.save:
             save_hf({k: v.detach().cpu().contiguous() for k, v in full.items()}, mcfg.to_hf(torch.float32),
                     os.path.join(cfg.run.dir, "hf"), tokenizer=tok.hf)
             with open(os.path.join(cfg.run.dir, DONE), "w") as f:

@@ -300,7 +300,8 @@ class Trainer:
                 # stop on the slowest clock (max over ranks), so every rank leaves the loop together
                 out_of_time = cfg.train.time_limit > 0 and bool(distributed.all_max(
                     float(time.time() - t0 >= cfg.train.time_limit), self.d))
-                if (it + 1) % cfg.train.checkpoint_every == 0 or it + 1 == cfg.train.steps or out_of_time:
+                if cfg.run.save and ((it + 1) % cfg.train.checkpoint_every == 0 or it + 1 == cfg.train.steps
+                                     or out_of_time):
                     with self.disk_failure("trajectory file", iter_path(cfg.run.dir, it + 1)):
                         self.saver.wait()  # the checkpoint's trajectory files are on disk before it
                     checkpoint.save(cfg.run.dir, it + 1, self.learner.models, self.learner.optims,
@@ -309,11 +310,12 @@ class Trainer:
                                     self.d, keep=cfg.train.keep_checkpoints)
                 if out_of_time:
                     if self.d.main:
-                        print(f"train.time_limit={cfg.train.time_limit:g}s reached after iteration {it + 1}; "
-                              f"checkpointed, exporting hf/", flush=True)
+                        print(f"train.time_limit={cfg.train.time_limit:g}s reached after iteration {it + 1}"
+                              + ("; checkpointed, exporting hf/" if cfg.run.save else " (run.save=false)"), flush=True)
                     break
-            with self.disk_failure("the export", os.path.join(cfg.run.dir, "hf")):
-                self.learner.export()
+            if cfg.run.save:
+                with self.disk_failure("the export", os.path.join(cfg.run.dir, "hf")):
+                    self.learner.export()
             failed = False
         finally:
             if self.pending is not None:  # stopped early (an error, Ctrl-C): cancel the rollout, drop its episodes

@@ -240,3 +240,25 @@ def test_a_disk_that_cannot_be_measured_is_one_line(tmp_path, monkeypatch, capsy
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: disk: could not measure the free space for run.dir"), err
+
+
+def test_a_run_that_saves_nothing_plans_nothing_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    """run.save=false (benchmarks of big shapes): no checkpoint, no hf/, so no disk is needed for them."""
+    real = disk.shutil.disk_usage
+    monkeypatch.setattr(disk.shutil, "disk_usage", lambda p: real(p)._replace(free=0))
+    run = tmp_path / "run"
+    train.main(["--config", SMOKE, *TINY, f"run.dir={run}", "train.steps=2", "run.save=false"])
+    plan = [x for x in capsys.readouterr().out.splitlines() if x.startswith("disk plan")]
+    assert len(plan) == 1 and plan[0].startswith("disk plan: checkpoint") and " x 0 + hf/ 0.0 MiB = 0.0 MiB" in plan[0]
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 2
+    assert not (run / "hf").exists() and not os.listdir(run / "checkpoints")
+    with pytest.raises(SystemExit) as e:  # a resume finds nothing to start from, and says so
+        train.main(["--config", SMOKE, *TINY, f"run.dir={run}", "train.steps=3", "run.resume=true"])
+    assert "has no complete checkpoint to resume from" in str(e.value.code)
+
+
+def test_save_false_refuses_an_sft_warm_up(tmp_path):
+    from r1.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"run.save.*=false leaves no SFT export .* train.sft_steps=0, got 2"):
+        load_config(SMOKE, [f"run.dir={tmp_path}", "run.save=false", "train.sft_steps=2"])

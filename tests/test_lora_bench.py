@@ -17,7 +17,7 @@ def test_a_run_is_ppo_with_critic_and_reference_at_the_gsm8k_tool_batch(tmp_path
     assert cfg.model.lora_rank == 16 and cfg.model.path == "/m/7b" and cfg.model.tokenizer == "/t"
     assert cfg.algo.advantage == "step_gae" and cfg.algo.kl_coef == 0.01 and cfg.train.sft_steps == 0
     assert (cfg.rollout.prompts, cfg.rollout.n, cfg.rollout.max_new_tokens) == (64, 8, 192)
-    assert cfg.train.steps == 3 and cfg.eval.every == 0
+    assert cfg.train.steps == 3 and cfg.eval.every == 0 and not cfg.run.save  # no 64 GiB checkpoint of a 3B
     assert cfg.model.lora_generator == "adapters"
     merged = overrides("7b", "/m/7b", "/t", 16, 3, str(tmp_path / "r"), cpu=False, generator="merged")
     assert load_config(merged[1], merged[2:]).model.lora_generator == "merged"
@@ -27,16 +27,18 @@ def test_a_run_is_ppo_with_critic_and_reference_at_the_gsm8k_tool_batch(tmp_path
 
 def test_summary_skips_the_first_iteration_and_reports_completion(tmp_path):
     lines = [{"iter": 1, "time_rollout": 10.0, "time_score": 1.0, "time_train": 4.0, "time_other": 1.0,
-              "peak_mem_gb": 50.0},
+              "peak_mem_gb": 50.0, "rollout_tok_s": 1.0, "train_tok_s": 2.0},
              {"iter": 2, "time_rollout": 5.0, "time_score": 1.0, "time_train": 3.0, "time_other": 1.0,
-              "peak_mem_gb": 60.5},
+              "peak_mem_gb": 60.5, "rollout_tok_s": 1000.0, "train_tok_s": 3000.0},
              {"iter": 3, "time_rollout": 6.0, "time_score": 1.0, "time_train": 4.0, "time_other": 1.0,
-              "peak_mem_gb": 60.0}]
+              "peak_mem_gb": 60.0, "rollout_tok_s": 2000.0, "train_tok_s": 5000.0}]
     with open(tmp_path / "metrics.jsonl", "w") as f:
         f.write("".join(json.dumps(m) + "\n" for m in lines))
     s = summarize(str(tmp_path), steps=3)
-    assert s == {"peak_gib": 60.5, "iteration_s": 11.0, "first_iteration_s": 16.0, "completed": True}
+    assert s == {"peak_gib": 60.5, "iteration_s": 11.0, "first_iteration_s": 16.0, "rollout_tok_s": 1500,
+                 "train_tok_s": 4000, "completed": True}
     assert not summarize(str(tmp_path), steps=4)["completed"]
     empty = summarize(str(tmp_path / "missing"), steps=3)
-    assert empty == {"peak_gib": None, "iteration_s": None, "first_iteration_s": None, "completed": False}
+    assert empty == {"peak_gib": None, "iteration_s": None, "first_iteration_s": None, "rollout_tok_s": None,
+                     "train_tok_s": None, "completed": False}
     assert not os.path.exists(tmp_path / "missing")
