@@ -5,7 +5,8 @@
 #
 #   bench/h200_lora.sh                       # 3B: rank 0 and 16; 7B: rank 0 (expected: refused by the
 #                                            # memory plan, recorded as completed false) and 16; 14B: rank 16
-#   env: GPUS (default 1; 2 runs the same under torchrun), STEPS (default 3), SHAPES_RANKS (pairs shape:ranks),
+#   env: GPUS (default 1; 2 runs the same under torchrun), STEPS (default 3),
+#        SHAPES_RANKS (shape:ranks[:generators[:steps]] items; generators and steps default to GENERATORS, STEPS),
 #        TOK (a SmolLM2 tokenizer folder: python -c "from r1.tokenizer import load_tokenizer;
 #        load_tokenizer('smollm2-135m-instruct').hf.save_pretrained('.stage/smol_tok')"),
 #        OUT (default bench/results/lora_h200.json; one JSON line per run is appended),
@@ -16,9 +17,11 @@ cd "$(dirname "$0")/.."
 GPUS=${GPUS:-1}; STEPS=${STEPS:-3}; TOK=${TOK:-.stage/smol_tok}
 OUT=${OUT:-bench/results/lora_h200.json}
 SHAPES_RANKS=${SHAPES_RANKS:-"3b:0,16 7b:0,16 14b:16"}; GENERATORS=${GENERATORS:-adapters,merged}
-[ -d "$TOK" ] || python -c "from r1.tokenizer import load_tokenizer; load_tokenizer('smollm2-135m-instruct').hf.save_pretrained('$TOK')"
-[ "${TESTS:-1}" = 0 ] || python -m pytest -q tests/test_lora.py  # the CPU proofs first, on this machine's torch
-for pair in $SHAPES_RANKS; do
-  python bench/lora.py --shapes "${pair%%:*}" --ranks "${pair##*:}" --gpus "$GPUS" --steps "$STEPS" \
-    --generators "$GENERATORS" --tokenizer "$TOK" --out "$OUT" --timeout "${TIMEOUT:-3600}"
+[ -d "$TOK" ] || python3 -c "from r1.tokenizer import load_tokenizer; load_tokenizer('smollm2-135m-instruct').hf.save_pretrained('$TOK')"
+[ "${TESTS:-1}" = 0 ] || python3 -m pytest -q tests/test_lora.py  # the CPU proofs first, on this machine's torch
+for item in $SHAPES_RANKS; do
+  IFS=: read -r shape ranks gens steps <<< "$item"
+  python3 bench/lora.py --shapes "$shape" --ranks "$ranks" --gpus "$GPUS" --steps "${steps:-$STEPS}" \
+    --generators "${gens:-$GENERATORS}" --tokenizer "$TOK" --out "$OUT" --timeout "${TIMEOUT:-3600}"
 done
+echo "LORA ALL DONE"
