@@ -43,6 +43,10 @@ def _eval_split(config_path: str) -> str:
     return split if isinstance(split, str) else "test"
 
 
+def _listdir(path: str) -> list:
+    return os.listdir(path) if os.path.isdir(path) else []
+
+
 def summarize_run(run_dir: str, config_path: str | None = None) -> list[str]:
     """Lines of text describing the run in run_dir."""
     lines = [f"run folder: {run_dir}"]
@@ -79,12 +83,18 @@ def summarize_run(run_dir: str, config_path: str | None = None) -> list[str]:
         lines.append(f"LoRA adapters in {os.path.join(run_dir, 'adapter')} (peft.PeftModel.from_pretrained over the "
                      f"base model.path)")
     # the run's own resolved config (cfg above): the eval hint keeps every override the run was given
-    lines += ["next:",
-              f"  python -m r1.trajectory show {run_dir} --iter {len(rl) or 1} --index 0   # read an episode",
-              f"  python eval.py --config {cfg} model.path={run_dir} eval.limit=100          # held-out accuracy",
-              f"  python -m r1.plot {run_dir} --keys reward_mean --out reward.png                  # curves",
-              f"  tensorboard --logdir {run_dir}",
-              "  python train.py --config configs/gsm8k_tool_30min.yaml   # GSM8K with the calculator: "
+    # hints only for what the run wrote (log.trajectories=false, run.save=false and log.tensorboard=false write less)
+    saved = [int(f[5:-9]) for f in _listdir(os.path.join(run_dir, "trajectories"))
+             if f.startswith("iter_") and f.endswith(".jsonl.gz") and f[5:-9].isdigit()]  # r1/trajectory.py iter_path
+    lines += ["next:"]
+    if saved:
+        lines.append(f"  python -m r1.trajectory show {run_dir} --iter {max(saved)} --index 0   # read an episode")
+    if os.path.isdir(os.path.join(run_dir, "hf")):
+        lines.append(f"  python eval.py --config {cfg} model.path={run_dir} eval.limit=100          # held-out accuracy")
+    lines.append(f"  python -m r1.plot {run_dir} --keys reward_mean --out reward.png                  # curves")
+    if _listdir(os.path.join(run_dir, "tb")):
+        lines.append(f"  tensorboard --logdir {run_dir}")
+    lines += ["  python train.py --config configs/gsm8k_tool_30min.yaml   # GSM8K with the calculator: "
               "21 min on one H200, SFT then PPO (days on a CPU)"]
     return lines
 

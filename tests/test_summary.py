@@ -24,3 +24,17 @@ def test_test_split_and_unreadable_config_say_held_out(tmp_path):
     assert "held-out accuracy (4 problems, greedy)" in "\n".join(summarize_run(str(tmp_path)))
     (tmp_path / "config.yaml").unlink()
     assert "held-out accuracy (4 problems, greedy)" in "\n".join(summarize_run(str(tmp_path)))
+
+
+def test_next_steps_name_only_what_the_run_wrote(tmp_path):
+    """A benchmark (run.save=false, log.trajectories=false, log.tensorboard=false) gets no hint to evaluate an hf/
+    or read trajectories it never wrote; a run that wrote them gets each, at its last saved iteration."""
+    bare = _run(tmp_path, "test")
+    assert "r1.plot" in bare
+    assert "eval.py" not in bare and "r1.trajectory show" not in bare and "tensorboard --logdir" not in bare
+    for folder, name in (("hf", "config.json"), ("trajectories", "iter_000003.jsonl.gz"), ("tb", "events.out")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / name).write_text("")
+    full = "\n".join(summarize_run(str(tmp_path)))
+    assert f"python eval.py --config {tmp_path / 'config.yaml'} model.path={tmp_path}" in full
+    assert f"r1.trajectory show {tmp_path} --iter 3 --index 0" in full and "tensorboard --logdir" in full
