@@ -762,9 +762,9 @@ def _validate_lora(cfg: Config, name, fail):
         fail("model.lora_targets", "at least one projection when model.lora_rank > 0")
     if not m.lora_alpha > 0:
         fail("model.lora_alpha", "> 0 when model.lora_rank > 0")
-    if cfg.train.stage == "sft" or cfg.train.sft_steps:
-        raise ConfigError(f"config key {name('model.lora_rank')}: LoRA trains the RL stage only; SFT (train.stage=sft, "
-                          f"train.sft_steps) trains every weight: set model.lora_rank=0 for it")
+    if cfg.train.stage == "sft":  # an RL run's warm-up (train.sft_steps) trains every weight itself (r1/sft.py)
+        raise ConfigError(f"config key {name('model.lora_rank')}: LoRA trains the RL stage only; SFT (train.stage=sft) "
+                          f"trains every weight: set model.lora_rank=0 for it")
     for key in ("model.critic_path", "model.ref_path"):
         if get(cfg, key):
             raise ConfigError(f"config key {name(key)}: with model.lora_rank > 0 the critic and the reference "

@@ -98,6 +98,7 @@ def warmup_config(cfg):
     # the schedule of the SFT recipe behind the README's GSM8K table: short linear warm-up, cosine to 10%
     sft.train.sft_steps, sft.train.warmup, sft.train.schedule = 0, min(20, cfg.train.sft_steps // 10), "cosine"
     sft.train.checkpoint_every = 10 * cfg.train.checkpoint_every  # and at its last step
+    sft.model.lora_rank = 0  # SFT trains every weight; a LoRA RL phase then adapts the SFT policy as its base
     sft.run.resume = bool(checkpoint.latest(sft.run.dir))
     return sft
 

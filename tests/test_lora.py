@@ -461,6 +461,23 @@ def test_a_policy_that_generates_keeps_its_dropout_for_the_update(tmp_path):
     assert modes == [True]
 
 
+def test_an_sft_warm_up_trains_every_weight_then_rl_adapts_its_policy(tmp_path, tok_dir):
+    """train.sft_steps with model.lora_rank: the warm-up is full fine-tuning (its config says rank 0), and the
+    RL phase's frozen base is the SFT policy it exported, to the bit."""
+    run = tmp_path / "run"
+    train.main(["--config", SMOKE, *TINY, *LORA, f"run.dir={run}", f"model.tokenizer={tok_dir}", "train.sft_steps=2",
+                "train.steps=1", "log.tensorboard=false"])
+    with open(run / "sft" / "config.yaml") as f:
+        assert "lora_rank: 0" in f.read()
+    sft = load_file(str(run / "sft" / "hf" / "model.safetensors"))
+    adapters = load_file(str(run / "adapter" / "adapter_model.safetensors"))
+    assert adapters and all("lora_" in k for k in adapters)
+    merged = load_file(str(run / "hf" / "model.safetensors"))
+    base_a = sft["model.layers.0.self_attn.q_proj.weight"]
+    assert not torch.equal(merged["model.layers.0.self_attn.q_proj.weight"], base_a)  # the adapters trained...
+    assert torch.equal(merged["model.embed_tokens.weight"], sft["model.embed_tokens.weight"])  # ...over SFT's base
+
+
 @pytest.mark.gpu
 def test_cuda_sampler_trainer_gap_of_lora_is_no_larger_than_full_fine_tuning(tmp_path):
     """On CUDA the generator samples in bf16 with the decode kernels while the update scores in bf16 autocast
