@@ -6,7 +6,8 @@ One row per lane: iterations run in the shared time, validation accuracy (eval.p
 split carved from train: the table picks the next recipe, so it never reads the test split), the paired
 comparison with the recipe's lane (r1.compare: gained / lost, McNemar p), and the last logged entropy.
 Numbers are copied from the run's files; a lane whose evaluation is missing is listed as such. Then the lane
-cost: the recipe's iterations in its wave against the same lane run alone (h200_ablate.sh SOLO).
+cost: the recipe's iterations in its wave against the same lane run alone (h200_ablate.sh SOLO). Last, apart
+from the table, the lanes that h200_ablate.sh TEST read once on the test split as final recipes.
 """
 import argparse
 import json
@@ -45,6 +46,24 @@ def lane_cost(res: str) -> str:
             f"time and memory fraction ({lanes / solo:.2f} of its speed alone).")
 
 
+def test_lines(res: str) -> list:
+    """The lanes h200_ablate.sh TEST read once on the test split (final recipes, not candidates): one line each,
+    with the paired comparison against the first named. Kept apart from the table, which never reads test."""
+    cmp = {c["test"]: c for c in _lines(os.path.join(res, "test-compare.jsonl"))}
+    out = []
+    for name in sorted(f[5:-5] for f in os.listdir(res) if f.startswith("test-") and f.endswith(".json")):
+        t = _lines(os.path.join(res, f"test-{name}.json"))
+        if not t:
+            continue
+        line = f"{name}: {100 * t[-1]['accuracy']:.2f}% of {t[-1]['n']} test problems"
+        if name in cmp:
+            c = cmp[name]["result"]
+            line += (f", {c['delta_points']:+.2f} points against {cmp[name]['baseline']} "
+                     f"({c['gained']} gained / {c['lost']} lost, p = {c['p']:.2g})")
+        out.append(line)
+    return out
+
+
 def markdown(table: list) -> str:
     head = ("| lane | iterations | validation accuracy | vs recipe (gained / lost, p) | entropy, last |\n"
             "| --- | --- | --- | --- | --- |")
@@ -70,6 +89,9 @@ def main(argv=None):
     cost = lane_cost(a.results)
     if cost:
         print("\n" + cost)
+    tests = test_lines(a.results)
+    if tests:
+        print("\nTest split, read once per final recipe (not used to choose):\n" + "\n".join(f"- {x}" for x in tests))
     if a.png_prefix:
         from r1.plot import plot
 

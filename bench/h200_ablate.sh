@@ -11,6 +11,9 @@
 #     ONLY (names of ablations to run, default all), EXTRA (overrides for every run, e.g. for a CPU dry run),
 #     SOLO (default 1: after the waves, the recipe's lane once more ALONE on the GPU, same time and memory
 #     fraction: what sharing the GPU costs a lane, in iterations; ablation_table.py reports it; 0 = skip)
+#     TEST (lanes that are final recipes, e.g. "recipe lora" for issue 30's LoRA against full fine-tuning at equal
+#     time: each read ONCE on the whole test split after everything else, the first named the pair's baseline;
+#     never used to choose, which the validation table does)
 #   python bench/ablation_table.py RESULTS_DIR            # the README table and the PNG curves, afterwards
 set -u
 S=$1; R=$2; REC=${3:-configs/gsm8k_tool_30min.yaml}; mkdir -p "$R"
@@ -37,4 +40,15 @@ for n in "${names[@]:1}"; do
   [ -e "$R/val-$n.json" ] && python3 -m r1.compare "$R/val-recipe" "$R/val-$n" 2>/dev/null | tail -1 \
     | sed "s/^/{\"ablation\": \"$n\", \"vs_recipe\": /; s/\$/}/"
 done > "$R/compare.jsonl"
+first=""; : > "$R/test-compare.jsonl"
+for n in ${TEST:-}; do
+  more=(); [ "$n" != recipe ] && more=(--config "configs/ablations/$n.yaml")
+  phase "test-$n" python3 eval.py --config "$REC" "${more[@]}" model.path="$R/$n" eval.split=test eval.limit=0 \
+    eval.out="$R/test-$n" $X && tail -1 "$R/test-$n.log" > "$R/test-$n.json"
+  if [ -z "$first" ]; then first=$n
+  elif [ -e "$R/test-$n.json" ] && [ -e "$R/test-$first.json" ]; then
+    python3 -m r1.compare "$R/test-$first" "$R/test-$n" 2>/dev/null | tail -1 \
+      | sed "s/^/{\"test\": \"$n\", \"baseline\": \"$first\", \"result\": /; s/\$/}/" >> "$R/test-compare.jsonl"
+  fi
+done
 log "ALL DONE"

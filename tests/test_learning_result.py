@@ -68,3 +68,9 @@ def test_ablation_table_reads_the_lanes_files(tmp_path):
     assert "ran 2 iterations beside the others and 4 alone" in ablation_table.lane_cost(str(tmp_path))
     assert "(0.50 of its speed alone)" in ablation_table.lane_cost(str(tmp_path))
     assert [r["name"] for r in ablation_table.rows(str(tmp_path))] == ["recipe", "grpo"]
+    # the final recipes read once on test: apart from the table, paired with the first named
+    (tmp_path / "test-compare.jsonl").write_text(json.dumps({"test": "grpo", "baseline": "recipe", "result": {
+        "delta_points": 1.5, "gained": 40, "lost": 20, "p": 0.01}}) + "\n")
+    assert ablation_table.test_lines(str(tmp_path)) == [
+        "grpo: 50.00% of 1319 test problems, +1.50 points against recipe (40 gained / 20 lost, p = 0.01)",
+        "recipe: 50.00% of 1319 test problems"]
