@@ -82,6 +82,8 @@ def main(argv=None):
     p.add_argument("results")
     p.add_argument("--png-prefix", help="write PREFIX_reward.png, PREFIX_val.png, PREFIX_entropy.png")
     a = p.parse_args(argv)
+    if not os.path.isdir(a.results):
+        sys.exit(f"error: {a.results} is not a folder (bench/h200_ablate.sh's RESULTS_DIR)")
     table = rows(a.results)
     if not table:
         sys.exit(f"error: no lanes (folders with metrics.jsonl) in {a.results}")

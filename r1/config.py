@@ -566,7 +566,11 @@ def _flatten(data: dict, path: str, lines: dict) -> list[tuple[str, object, str]
 def read_yaml(path: str) -> tuple[dict, dict]:
     """A config file -> ({section: {name: value}}, {key or dotted key: line number})."""
     if not os.path.exists(path):
-        raise ConfigError(f"config file not found: {path}")
+        folder = os.path.dirname(path) or "."
+        near = difflib.get_close_matches(os.path.basename(path), sorted(
+            f for f in os.listdir(folder) if f.endswith((".yaml", ".yml"))) if os.path.isdir(folder) else [], n=1)
+        raise ConfigError(f"config file not found: {path}" + (f" (closest: {os.path.join(folder, near[0])})"
+                                                              if near else ""))
     if os.path.isdir(path):
         raise ConfigError(f"config file {path} is a directory, not a YAML file")
     from r1.bounded import read_text

@@ -208,7 +208,10 @@ def test_duplicate_keys_are_errors_not_silently_dropped(tmp_path):
 
 def test_missing_or_unreadable_file(tmp_path):
     msg = error(str(tmp_path / "nope.yaml"))
-    assert "not found" in msg and "nope.yaml" in msg
+    assert "not found" in msg and "nope.yaml" in msg and "closest" not in msg
+    (tmp_path / "lora.yaml").write_text("model:\n  lora_rank: 4\n")  # a wrong suffix names the file that is there
+    assert error(str(tmp_path / "lora.yml")).endswith(f"not found: {tmp_path / 'lora.yml'} (closest: "
+                                                      f"{tmp_path / 'lora.yaml'})")
     assert "directory" in error(str(tmp_path))
     (tmp_path / "bin.yaml").write_bytes(b"run:\n  dir: \xff\xfe\n")
     assert "bin.yaml" in error(str(tmp_path / "bin.yaml"))

@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "bench", "learning_result.py")
 
@@ -68,6 +70,8 @@ def test_ablation_table_reads_the_lanes_files(tmp_path):
     assert "ran 2 iterations beside the others and 4 alone" in ablation_table.lane_cost(str(tmp_path))
     assert "(0.50 of its speed alone)" in ablation_table.lane_cost(str(tmp_path))
     assert [r["name"] for r in ablation_table.rows(str(tmp_path))] == ["recipe", "grpo"]
+    with pytest.raises(SystemExit, match="missing is not a folder"):
+        ablation_table.main([str(tmp_path / "missing")])
     # the final recipes read once on test: apart from the table, paired with the first named
     (tmp_path / "test-compare.jsonl").write_text(json.dumps({"test": "grpo", "baseline": "recipe", "result": {
         "delta_points": 1.5, "gained": 40, "lost": 20, "p": 0.01}}) + "\n")
