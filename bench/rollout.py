@@ -8,6 +8,7 @@ roofline of the decode phase (weights + KV bytes read per step over the
 measured copy bandwidth, FLOPs over the measured bf16 matmul rate).
 
     python bench/rollout.py [--models 3b,135m] [--batches 64,256] [--save [PATH]] [--no-peer]
+    python bench/rollout.py --models 3b --batches 256 --lora 16   # the LoRA generator's decode: adapters vs none
     R1_COMPILE=0 python bench/rollout.py ...   # without the fused elementwise ops (r1/model.py compile_ops)
 """
 import argparse
@@ -64,12 +65,34 @@ def measure_ceilings():
     return bw, flops
 
 
-def ours(cfg, batch, prompt_len, new, seed=0):
+def separate_lora_forward(self, x):
+    """LoRALinear's forward before the addmm epilogue (out + (x A^T B^T * scale)): the --lora baseline."""
+    out = torch.nn.functional.linear(x, self.weight, self.bias)
+    h = torch.nn.functional.linear(torch.nn.functional.linear(x, self.lora_A), self.lora_B)
+    return out + (h * self.scale).to(out.dtype)
+
+
+def ours(cfg, batch, prompt_len, new, seed=0, lora=0, variant="plain"):
+    """variant (with lora > 0, rank-`lora` adapters on every projection, random B, as a LoRA generator holds
+    them): plain (no adapters: the merged generator), unfused (no adapters, projections unfused as a LoRA
+    model's stay), adapters (r1/lora.py), separate (adapters, the previous forward: matmul, scale, add)."""
+    from r1 import lora as L
+
     torch.manual_seed(seed)
     with torch.device("cuda"):
-        model = Transformer(cfg).to(torch.bfloat16).eval().requires_grad_(False)  # generation only: fused projections
+        model = Transformer(cfg)
+        if variant in ("adapters", "separate"):
+            L.add_adapters(model, lora, float(lora), L.TARGETS)
+            for name, p in model.named_parameters():
+                if name.endswith("lora_B"):
+                    torch.nn.init.normal_(p, std=0.01)
+        model = model.to(torch.bfloat16).eval().requires_grad_(False)  # generation only: fused projections
     prompts = torch.randint(100, cfg.vocab_size - 100, (batch, prompt_len)).tolist()
-    gen = Generator(model, slots=batch, max_len=prompt_len + new + 8, cuda_graphs=os.environ.get("R1_GRAPHS", "1") == "1", sync_every=32)
+    forward = L.LoRALinear.forward
+    if variant == "separate":
+        L.LoRALinear.forward = separate_lora_forward
+    gen = Generator(model, slots=batch, max_len=prompt_len + new + 8, cuda_graphs=os.environ.get("R1_GRAPHS", "1") == "1", sync_every=32,
+                    **({"fuse": False} if variant == "unfused" else {}))
     s = Sampling(temperature=1.0, seed=seed)
     gen.generate(prompts, 8, s)  # warm-up: prefill + graph capture
     torch.cuda.synchronize()
@@ -85,6 +108,7 @@ def ours(cfg, batch, prompt_len, new, seed=0):
     torch.cuda.synchronize()
     t_prefill = time.perf_counter() - t
     nparams = sum(p.numel() for p in model.parameters())
+    L.LoRALinear.forward = forward
     del gen, model
     torch.cuda.empty_cache()
     return n, dt, t_prefill, nparams
@@ -131,6 +155,8 @@ def main():
     p.add_argument("--prompt", type=int, default=256)
     p.add_argument("--new", type=int, default=256)
     p.add_argument("--no-peer", action="store_true")
+    p.add_argument("--lora", type=int, default=0, help="rank: measure the LoRA generator's decode instead (variants "
+                   "plain, unfused, adapters, separate; see ours()), same run, no peer")
     p.add_argument("--save", nargs="?", const="bench/results/rollout_h200.json", default=None,
                    help="write the results as JSON (default path bench/results/rollout_h200.json)")
     a = p.parse_args()
@@ -146,6 +172,17 @@ def main():
     for m in a.models.split(","):
         cfg = SHAPES[m]
         for b in map(int, a.batches.split(",")):
+            if a.lora:
+                base = None
+                for variant in ("plain", "unfused", "adapters", "separate"):
+                    n, dt, t_pre, _ = ours(cfg, b, a.prompt, a.new, lora=a.lora, variant=variant)
+                    base = base or n / dt
+                    r = {"name": "rollout_lora", "model": f"{m}-shape", "batch": b, "lora_rank": a.lora,
+                         "variant": variant, "ours_tok_s": round(n / dt), "ours_s": round(dt, 3),
+                         "vs_plain": round(n / dt / base, 3), **env}
+                    print(json.dumps(r), flush=True)
+                    results.append(r)
+                continue
             n, dt, t_pre, nparams = ours(cfg, b, a.prompt, a.new)
             r = {"name": "rollout", "model": f"{m}-shape", "batch": b, "prompt": a.prompt, "new": a.new,
                  "ours_tok_s": round(n / dt), "ours_s": round(dt, 3), "ours_prefill_s": round(t_pre, 3)}
