@@ -138,13 +138,18 @@ def _interrupted(cfg, a, before) -> int:
 
     Before the first checkpoint (RL's, or the SFT phase's) there is nothing to resume: what this command
     created in run.dir is removed (a folder or file that was there before it started is never touched), so
-    the same command starts over; a finished SFT phase stays and run.resume=true starts RL from it."""
+    the same command starts over; a finished SFT phase stays and run.resume=true starts RL from it. A run with
+    run.save=false keeps everything: its logs are all it was for."""
     from r1 import checkpoint
     from r1.sft import warmup_done
 
     if int(os.environ.get("RANK", "0")) != 0:
         return 130
     d = cfg.run.dir
+    if not cfg.run.save:  # a measurement: what it logged is the result, and no checkpoint was ever coming
+        print(f"interrupted: run.save=false, so there is nothing to resume; {d} keeps what the run logged "
+              f"(metrics.jsonl)", file=sys.stderr, flush=True)
+        return 130
     last = checkpoint.latest(d)
     sft_dir = os.path.join(d, "sft")
     sft = None if last else checkpoint.latest(sft_dir)

@@ -8,12 +8,14 @@ Each run is `train.py` (torchrun with --gpus > 1) in its own process, so one
 that runs out of memory is recorded (completed false) and the next starts on
 a clean GPU: PPO with a critic (step-level GAE) and a reference (algo.kl_coef
 0.01) at configs/gsm8k_tool.yaml's batch (64 prompts x 8 samples, up to 6
-turns of 192 tokens), no SFT phase, every memory key left to the plan, nothing saved (run.save
-false: one checkpoint of the 3B shape trained in full is 64 GiB). The
-models are random weights of Qwen2.5 shapes (bench/random_model.py: speed
-and memory do not depend on the values; SmolLM2's vocabulary, so the
-tokenizer fits) in a folder made once per shape; rank 0 is full fine-tuning,
-the peer measured in the same job. A random policy writes the longest
+turns of 192 tokens), no SFT phase, every memory key left to the plan,
+nothing saved (run.save false: one checkpoint of the 3B shape trained in
+full is 64 GiB). The models are random weights of Qwen2.5 shapes
+(bench/random_model.py: speed and memory do not depend on the values;
+SmolLM2's vocabulary, so the tokenizer fits), written per shape unless
+--models holds the folder already (a folder this command wrote is removed
+after its shape's runs); rank 0 is full fine-tuning, the peer measured in
+the same job. A random policy writes the longest
 responses, so this is the heavy end of an iteration.
 
 One JSON object per run, a line each, printed and appended to --out: name
@@ -98,16 +100,18 @@ def main(argv=None):
     p.add_argument("--cpu", action="store_true", help="run on the CPU with a small batch (checks the harness)")
     p.add_argument("--timeout", type=int, default=3600, help="seconds a run may take")
     p.add_argument("--keep-models", action="store_true",
-                   help="keep each shape's random model folder (default: removed after its runs; 14B is 29.5 GB)")
+                   help="keep the random model folders this command writes (default: each removed after its shape's "
+                   "runs; 14B is 29.5 GB; a folder that was there before is never removed)")
     a = p.parse_args(argv)
     os.makedirs(a.runs, exist_ok=True)
     for shape in a.shapes.split(","):
-        model_dir = None
+        model_dir, made = None, False
         if shape != "tiny":
             if not a.tokenizer:
                 p.error("--tokenizer is needed for the random model shapes")
             model_dir = os.path.join(a.models, shape)
             if not os.path.isfile(os.path.join(model_dir, "config.json")):
+                made = True
                 subprocess.run([sys.executable, os.path.join(ROOT, "bench", "random_model.py"), "--shape", shape,
                                 "--tokenizer", a.tokenizer, "--out", model_dir], check=True)
         runs = [(rank, gen) for rank in map(int, a.ranks.split(","))
@@ -138,7 +142,7 @@ def main(argv=None):
             if a.out:
                 with open(a.out, "a") as f:
                     f.write(line + "\n")
-        if model_dir and not a.keep_models:
+        if made and not a.keep_models:  # only a folder this command wrote
             subprocess.run(["rm", "-rf", model_dir], check=True)
 
 

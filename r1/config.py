@@ -567,8 +567,11 @@ def read_yaml(path: str) -> tuple[dict, dict]:
     """A config file -> ({section: {name: value}}, {key or dotted key: line number})."""
     if not os.path.exists(path):
         folder = os.path.dirname(path) or "."
-        near = difflib.get_close_matches(os.path.basename(path), sorted(
-            f for f in os.listdir(folder) if f.endswith((".yaml", ".yml"))) if os.path.isdir(folder) else [], n=1)
+        try:
+            names = sorted(f for f in os.listdir(folder) if f.endswith((".yaml", ".yml")))
+        except OSError:  # no such folder, or one that cannot be listed: no suggestion
+            names = []
+        near = difflib.get_close_matches(os.path.basename(path), names, n=1)
         raise ConfigError(f"config file not found: {path}" + (f" (closest: {os.path.join(folder, near[0])})"
                                                               if near else ""))
     if os.path.isdir(path):

@@ -435,13 +435,20 @@ def _lora_hint(cfg, mc, world, device_type, capacity, device) -> str:
     if cfg.model.lora_rank or cfg.train.steps == 0 or cfg.train.stage != "rl" or \
             cfg.model.critic_path or cfg.model.ref_path:
         return ""
+    from r1.sft import warmup_config
+
     alt = copy.deepcopy(cfg)
-    alt.model.lora_rank, alt.train.sft_steps = LORA_HINT_RANK, 0  # LoRA trains the RL stage only
+    alt.model.lora_rank = LORA_HINT_RANK  # the RL phase; an SFT warm-up (train.sft_steps) trains every weight
     try:
         fit = plan(alt, mc, world, device_type, capacity, device)
     except ConfigError:
         return ""
-    keys = f"model.lora_rank={LORA_HINT_RANK}" + (" train.sft_steps=0" if cfg.train.sft_steps else "")
+    keys = f"model.lora_rank={LORA_HINT_RANK}"
+    if cfg.train.sft_steps:  # the warm-up keeps going only where it fits as it is
+        try:
+            plan(warmup_config(cfg), mc, world, device_type, capacity, device)
+        except ConfigError:
+            keys += " train.sft_steps=0"
     return f"; or train LoRA adapters over a frozen base: set {keys} (peak {_gib(fit.total)})"
 
 

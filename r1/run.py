@@ -57,8 +57,8 @@ def build_model(path: str, cfg: Config, tok, device, value_head=False, seed=0) -
 
 # Keys that do not change what a run is (where it lives, how it is logged, how long it goes, how it is split
 # into memory-sized pieces): a resume may change them freely. Any other difference needs run.allow_config_change.
-RESUME_FREE = ("run.dir", "run.resume", "run.allow_config_change", "run.device", "run.memory_fraction", "log.", "eval.",
-               "train.steps", "train.time_limit", "train.checkpoint_every", "train.keep_checkpoints", "train.micro_tokens",
+RESUME_FREE = ("run.dir", "run.resume", "run.allow_config_change", "run.device", "run.memory_fraction", "run.save",
+               "log.", "eval.", "train.steps", "train.time_limit", "train.checkpoint_every", "train.keep_checkpoints", "train.micro_tokens",
                "train.activation_checkpointing", "rollout.slots", "rollout.sync_every")
 
 

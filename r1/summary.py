@@ -91,7 +91,9 @@ def summarize_run(run_dir: str, config_path: str | None = None) -> list[str]:
         lines.append(f"  python -m r1.trajectory show {run_dir} --iter {max(saved)} --index 0   # read an episode")
     if os.path.isdir(os.path.join(run_dir, "hf")):
         lines.append(f"  python eval.py --config {cfg} model.path={run_dir} eval.limit=100          # held-out accuracy")
-    lines.append(f"  python -m r1.plot {run_dir} --keys reward_mean --out reward.png                  # curves")
+    curve = next((k for k in ("reward_mean", "sft_loss") if any(k in r for r in rows)), None)  # RL, or SFT alone
+    if curve:
+        lines.append(f"  python -m r1.plot {run_dir} --keys {curve} --out {curve}.png                  # curves")
     if _listdir(os.path.join(run_dir, "tb")):
         lines.append(f"  tensorboard --logdir {run_dir}")
     lines += ["  python train.py --config configs/gsm8k_tool_30min.yaml   # GSM8K with the calculator: "

@@ -212,6 +212,12 @@ def test_missing_or_unreadable_file(tmp_path):
     (tmp_path / "lora.yaml").write_text("model:\n  lora_rank: 4\n")  # a wrong suffix names the file that is there
     assert error(str(tmp_path / "lora.yml")).endswith(f"not found: {tmp_path / 'lora.yml'} (closest: "
                                                       f"{tmp_path / 'lora.yaml'})")
+    real = os.listdir
+    try:  # a folder that cannot be listed still gives the one line, without a suggestion
+        os.listdir = lambda p: (_ for _ in ()).throw(PermissionError(13, "Permission denied", p))
+        assert error(str(tmp_path / "lora.yml")) == f"config file not found: {tmp_path / 'lora.yml'}"
+    finally:
+        os.listdir = real
     assert "directory" in error(str(tmp_path))
     (tmp_path / "bin.yaml").write_bytes(b"run:\n  dir: \xff\xfe\n")
     assert "bin.yaml" in error(str(tmp_path / "bin.yaml"))

@@ -257,6 +257,15 @@ def test_a_run_that_saves_nothing_plans_nothing_and_writes_nothing(tmp_path, mon
     assert "has no complete checkpoint to resume from" in str(e.value.code)
 
 
+def test_a_resume_may_stop_saving(tmp_path):
+    """run.save is where results go, not what the run is: a resume may turn it off (and writes no checkpoint)."""
+    run = tmp_path / "run"
+    train.main(["--config", SMOKE, *TINY, f"run.dir={run}", "train.steps=2"])
+    train.main(["--config", SMOKE, *TINY, f"run.dir={run}", "train.steps=3", "run.resume=true", "run.save=false"])
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 3
+    assert sorted(os.listdir(run / "checkpoints")) == ["iter_000001", "iter_000002", "latest"]
+
+
 def test_save_false_refuses_an_sft_warm_up(tmp_path):
     from r1.config import ConfigError
 

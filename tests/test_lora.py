@@ -340,6 +340,10 @@ def test_memory_plan_counts_one_frozen_base_and_suggests_lora():
     assert merged.items["generator"] == 2 * P  # a merged bf16 copy of the whole model
     assert plan.items["policy"] == 16 * A and plan.items["critic"] == 16 * (A + 3584 + 1)
     assert "ref" not in plan.items  # the reference is the base with adapters off
+    # where the SFT warm-up fits as it is (the 3B shape on 60 GiB: policy alone), the hint keeps it
+    from test_memory import QWEN3B_SMOL
+    with pytest.raises(ConfigError, match=r"set model.lora_rank=16 \(peak \d+\.\d GiB\)$"):
+        memory.plan(load_config(tool), QWEN3B_SMOL, 1, "cuda", 60 * memory.GiB)
     # no hint where LoRA is set already
     with pytest.raises(ConfigError) as e:
         memory.plan(load_config(tool, ["model.lora_rank=8", "train.sft_steps=0"]), mc, 1, "cuda", 20 * memory.GiB)

@@ -42,3 +42,18 @@ def test_summary_skips_the_first_iteration_and_reports_completion(tmp_path):
     assert empty == {"peak_gib": None, "iteration_s": None, "first_iteration_s": None, "rollout_tok_s": None,
                      "train_tok_s": None, "completed": False}
     assert not os.path.exists(tmp_path / "missing")
+
+
+def test_a_model_folder_that_was_there_is_never_removed(tmp_path):
+    """--models may point at folders the user keeps: only a folder this command wrote goes after its runs."""
+    from bench.lora import main
+
+    kept = tmp_path / "models" / "3b"
+    kept.mkdir(parents=True)
+    (kept / "config.json").write_text("{}")  # not a loadable model: the run fails at start, quickly
+    (kept / "notes.txt").write_text("mine")
+    main(["--shapes", "3b", "--ranks", "16", "--models", str(tmp_path / "models"), "--runs", str(tmp_path / "runs"),
+          "--tokenizer", str(tmp_path / "no-tokenizer"), "--cpu", "--out", str(tmp_path / "out.json")])
+    assert (kept / "notes.txt").read_text() == "mine"
+    line = json.loads((tmp_path / "out.json").read_text())
+    assert line["completed"] is False and line["exit"] != 0

@@ -30,7 +30,7 @@ def test_next_steps_name_only_what_the_run_wrote(tmp_path):
     """A benchmark (run.save=false, log.trajectories=false, log.tensorboard=false) gets no hint to evaluate an hf/
     or read trajectories it never wrote; a run that wrote them gets each, at its last saved iteration."""
     bare = _run(tmp_path, "test")
-    assert "r1.plot" in bare
+    assert "--keys reward_mean --out reward_mean.png" in bare
     assert "eval.py" not in bare and "r1.trajectory show" not in bare and "tensorboard --logdir" not in bare
     for folder, name in (("hf", "config.json"), ("trajectories", "iter_000003.jsonl.gz"), ("tb", "events.out")):
         (tmp_path / folder).mkdir()
@@ -38,3 +38,11 @@ def test_next_steps_name_only_what_the_run_wrote(tmp_path):
     full = "\n".join(summarize_run(str(tmp_path)))
     assert f"python eval.py --config {tmp_path / 'config.yaml'} model.path={tmp_path}" in full
     assert f"r1.trajectory show {tmp_path} --iter 3 --index 0" in full and "tensorboard --logdir" in full
+
+
+def test_an_sft_run_is_plotted_by_its_loss(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"iter": i, "sft_loss": 1.0 / i}) + "\n" for i in (1, 2)))
+    text = "\n".join(summarize_run(str(tmp_path)))
+    assert "--keys sft_loss --out sft_loss.png" in text and "reward_mean" not in text
+    (tmp_path / "metrics.jsonl").write_text("")
+    assert "r1.plot" not in "\n".join(summarize_run(str(tmp_path)))  # nothing logged: nothing to plot

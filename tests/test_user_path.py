@@ -71,6 +71,21 @@ def test_ctrl_c_before_the_first_checkpoint_removes_the_new_run_folder(tmp_path,
     assert (run / "hf").is_dir()
 
 
+def test_ctrl_c_keeps_a_run_that_saves_nothing(tmp_path, monkeypatch, capsys):
+    """run.save=false (a measurement) never has a checkpoint: Ctrl-C keeps the metrics it logged."""
+    import train
+
+    run = tmp_path / "r"
+    stop_at(monkeypatch, 2)
+    with pytest.raises(SystemExit) as e:
+        train.main(["--config", SMOKE, *TINY, f"run.dir={run}", "train.steps=4", "run.save=false"])
+    assert e.value.code == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"interrupted: run.save=false, so there is nothing to resume; {run} keeps what the run logged "
+                   f"(metrics.jsonl)"]
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 2
+
+
 def test_ctrl_c_never_removes_what_was_there_before(tmp_path, monkeypatch, capsys):
     import train
 
