@@ -435,8 +435,6 @@ def _lora_hint(cfg, mc, world, device_type, capacity, device) -> str:
     if cfg.model.lora_rank or cfg.train.steps == 0 or cfg.train.stage != "rl" or \
             cfg.model.critic_path or cfg.model.ref_path:
         return ""
-    from r1.sft import warmup_config
-
     alt = copy.deepcopy(cfg)
     alt.model.lora_rank = LORA_HINT_RANK  # the RL phase; an SFT warm-up (train.sft_steps) trains every weight
     try:
@@ -445,8 +443,10 @@ def _lora_hint(cfg, mc, world, device_type, capacity, device) -> str:
         return ""
     keys = f"model.lora_rank={LORA_HINT_RANK}"
     if cfg.train.sft_steps:  # the warm-up keeps going only where it fits as it is
+        warm = copy.deepcopy(cfg)  # what the plan reads of r1/sft.py warmup_config: SFT of every weight
+        warm.train.stage, warm.train.sft_steps, warm.model.lora_rank = "sft", 0, 0
         try:
-            plan(warmup_config(cfg), mc, world, device_type, capacity, device)
+            plan(warm, mc, world, device_type, capacity, device)
         except ConfigError:
             keys += " train.sft_steps=0"
     return f"; or train LoRA adapters over a frozen base: set {keys} (peak {_gib(fit.total)})"
