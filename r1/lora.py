@@ -66,10 +66,11 @@ class LoRALinear(nn.Linear):
         h = x
         if self.dropout and self.training and torch.is_grad_enabled():
             h = F.dropout(h, self.dropout, training=True)
-        if not torch.is_autocast_enabled(x.device.type):  # without autocast: adapters keep their own dtype
+        autocast = torch.is_autocast_enabled(x.device.type)
+        if not autocast:  # without autocast: adapters keep their own dtype
             h = h.to(self.lora_A.dtype)
         a = F.linear(h, self.lora_A)
-        if a.dtype != out.dtype and not torch.is_autocast_enabled(x.device.type):  # adapters of another dtype
+        if a.dtype != out.dtype and not autocast:  # adapters of another dtype
             return out + (F.linear(a, self.lora_B) * self.scale).to(out.dtype)
         # out + scale * a B^T as one matmul whose epilogue adds (one rounding, not three; two kernels fewer a
         # projection, which decode at batch 256 runs 7 x layers times a token)

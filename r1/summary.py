@@ -12,6 +12,7 @@ import sys
 import yaml
 
 from r1.logger import read_back
+from r1.trajectory import saved_iterations
 
 
 def read_metrics(path: str) -> list:
@@ -41,10 +42,6 @@ def _eval_split(config_path: str) -> str:
     except (OSError, ValueError, AttributeError, yaml.YAMLError):
         return "test"
     return split if isinstance(split, str) else "test"
-
-
-def _listdir(path: str) -> list:
-    return os.listdir(path) if os.path.isdir(path) else []
 
 
 def summarize_run(run_dir: str, config_path: str | None = None) -> list[str]:
@@ -84,17 +81,16 @@ def summarize_run(run_dir: str, config_path: str | None = None) -> list[str]:
                      f"base model.path)")
     # the run's own resolved config (cfg above): the eval hint keeps every override the run was given
     # hints only for what the run wrote (log.trajectories=false, run.save=false and log.tensorboard=false write less)
-    saved = [int(f[5:-9]) for f in _listdir(os.path.join(run_dir, "trajectories"))
-             if f.startswith("iter_") and f.endswith(".jsonl.gz") and f[5:-9].isdigit()]  # r1/trajectory.py iter_path
+    saved = saved_iterations(run_dir)
     lines += ["next:"]
     if saved:
-        lines.append(f"  python -m r1.trajectory show {run_dir} --iter {max(saved)} --index 0   # read an episode")
+        lines.append(f"  python -m r1.trajectory show {run_dir} --iter {saved[-1]} --index 0   # read an episode")
     if os.path.isdir(os.path.join(run_dir, "hf")):
         lines.append(f"  python eval.py --config {cfg} model.path={run_dir} eval.limit=100          # held-out accuracy")
     curve = next((k for k in ("reward_mean", "sft_loss") if any(k in r for r in rows)), None)  # RL, or SFT alone
     if curve:
         lines.append(f"  python -m r1.plot {run_dir} --keys {curve} --out {curve}.png                  # curves")
-    if _listdir(os.path.join(run_dir, "tb")):
+    if os.path.isdir(os.path.join(run_dir, "tb")) and os.listdir(os.path.join(run_dir, "tb")):
         lines.append(f"  tensorboard --logdir {run_dir}")
     lines += ["  python train.py --config configs/gsm8k_tool_30min.yaml   # GSM8K with the calculator: "
               "21 min on one H200, SFT then PPO (days on a CPU)"]

@@ -320,12 +320,19 @@ def render(t: Trajectory, decode=None) -> str:
     return "\n".join(out)
 
 
+def saved_iterations(run_dir: str) -> list:
+    """The iterations whose trajectory file (iter_path) is in run_dir, ascending; [] without trajectories/."""
+    folder = os.path.join(run_dir, "trajectories")
+    names = os.listdir(folder) if os.path.isdir(folder) else []
+    return sorted(int(m.group(1)) for f in names if (m := re.fullmatch(r"iter_(\d+)\.jsonl\.gz", f)))
+
+
 def _saved_iterations(run_dir: str) -> str:
     """'; saved: iterations 1-3' (what --iter may name in run_dir), or '; RUN_DIR has no trajectories/'."""
     folder = os.path.join(run_dir, "trajectories")
     if not os.path.isdir(folder):
         return f"; {run_dir} has no trajectories/ folder (log.trajectories=false, or not a run folder)"
-    its = sorted(int(m.group(1)) for f in os.listdir(folder) if (m := re.fullmatch(r"iter_(\d+)\.jsonl\.gz", f)))
+    its = saved_iterations(run_dir)
     if not its:
         return f"; {folder} holds no iteration yet"
     if len(its) == 1:
