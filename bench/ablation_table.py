@@ -6,13 +6,16 @@ One row per lane: iterations run in the shared time, validation accuracy (eval.p
 split carved from train: the table picks the next recipe, so it never reads the test split), the paired
 comparison with the recipe's lane (r1.compare: gained / lost, McNemar p), and the last logged entropy.
 Numbers are copied from the run's files; a lane whose evaluation is missing is listed as such. Then the lane
-cost: the recipe's iterations in its wave against the same lane run alone (h200_ablate.sh SOLO). Last, apart
+cost: the recipe lane's median seconds an iteration in its wave against the same config alone (h200_ablate.sh
+SOLO, or --solo RUN for a solo run made elsewhere). Last, apart
 from the table, the lanes that h200_ablate.sh TEST read once on the test split as final recipes.
 """
 import argparse
 import json
 import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # r1, for --png-prefix
 
 
 def _lines(path):
@@ -36,14 +39,38 @@ def rows(res: str) -> list:
     return out
 
 
-def lane_cost(res: str) -> str:
-    """One line: the recipe's iterations in its wave against alone (bench/h200_ablate.sh SOLO), or ''."""
-    lanes, solo = (len([x for x in _lines(os.path.join(res, *p, "metrics.jsonl")) if "reward_mean" in x])
-                   for p in (("recipe",), ("solo", "recipe")))
-    if not lanes or not solo:
+PHASES = ("time_rollout", "time_score", "time_train", "time_other")  # an iteration's seconds, as the trainer logs them
+
+
+def seconds_per_iteration(rows: list, first: int, last: int):
+    """Median seconds of iterations first..last (1-based, inclusive) from metrics rows, or None. Iteration 1 is
+    left out by callers: it holds CUDA-graph captures and the first compile, which a lane pays whatever its
+    neighbours do."""
+    its = sorted(r["iter"] for r in rows if first <= r["iter"] <= last)
+    if not its:
+        return None
+    by = {r["iter"]: r for r in rows}
+    t = sorted(sum(by[i].get(k, 0.0) for k in PHASES) for i in its)
+    return t[len(t) // 2] if len(t) % 2 else (t[len(t) // 2 - 1] + t[len(t) // 2]) / 2
+
+
+def lane_cost(res: str, solo: str = "") -> str:
+    """One line: the recipe lane's median seconds an iteration beside the others against alone, over the same
+    iterations (2..the lane's last), or ''. `solo` is a run of the same config alone on the GPU; by default the
+    one h200_ablate.sh SOLO made (RES/solo/recipe). Seconds an iteration, not iteration counts: a solo run from
+    another session (e.g. the recipe's own run, docs/results/recipe1) ran longer, and its first iterations are
+    the ones to set against the lane's."""
+    solo = solo or os.path.join(res, "solo", "recipe")
+    lane, alone = ([x for x in _lines(os.path.join(p, "metrics.jsonl")) if "reward_mean" in x]
+                   for p in (os.path.join(res, "recipe"), solo))
+    if len(lane) < 2 or len(alone) < 2:
         return ""
-    return (f"Lane cost: the recipe's lane ran {lanes} iterations beside the others and {solo} alone in the same "
-            f"time and memory fraction ({lanes / solo:.2f} of its speed alone).")
+    last = max(r["iter"] for r in lane)
+    t_lane, t_alone = seconds_per_iteration(lane, 2, last), seconds_per_iteration(alone, 2, last)
+    if not t_lane or not t_alone:  # missing, or runs that logged no phase times
+        return ""
+    return (f"Lane cost: the recipe's lane took {t_lane:.2f} s an iteration beside the others and {t_alone:.2f} s "
+            f"alone ({solo}), medians of iterations 2..{last}: {t_alone / t_lane:.2f} of its speed alone.")
 
 
 def test_lines(res: str) -> list:
@@ -81,6 +108,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("results")
     p.add_argument("--png-prefix", help="write PREFIX_reward.png, PREFIX_val.png, PREFIX_entropy.png")
+    p.add_argument("--solo", default="", help="a run of the recipe alone on the GPU, for the lane cost "
+                   "(default: RESULTS_DIR/solo/recipe, which h200_ablate.sh SOLO=1 makes)")
     a = p.parse_args(argv)
     if not os.path.isdir(a.results):
         sys.exit(f"error: {a.results} is not a folder (bench/h200_ablate.sh's RESULTS_DIR)")
@@ -88,7 +117,7 @@ def main(argv=None):
     if not table:
         sys.exit(f"error: no lanes (folders with metrics.jsonl) in {a.results}")
     print(markdown(table))
-    cost = lane_cost(a.results)
+    cost = lane_cost(a.results, a.solo)
     if cost:
         print("\n" + cost)
     tests = test_lines(a.results)
@@ -98,9 +127,11 @@ def main(argv=None):
         from r1.plot import plot
 
         runs = [os.path.join(a.results, r["name"]) for r in table]
-        plot(runs, ["reward_mean"], f"{a.png_prefix}_reward.png", smooth=5)
-        plot(runs, ["eval_accuracy"], f"{a.png_prefix}_val.png")
-        plot(runs, ["entropy"], f"{a.png_prefix}_entropy.png")
+        for key, name, smooth in (("reward_mean", "reward", 5), ("eval_accuracy", "val", 1), ("entropy", "entropy", 1)):
+            try:  # a curve no lane logged (eval.every=0, say) is a note, not the end of the table's command
+                plot(runs, [key], f"{a.png_prefix}_{name}.png", smooth=smooth)
+            except SystemExit as e:
+                print(f"no {a.png_prefix}_{name}.png: {e}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,23 +1,27 @@
 #!/usr/bin/env bash
 # The ablation table (issue 29): the recipe and every file in configs/ablations/ layered on it, RL from the
-# same SFT policy and seed, the same GPU time each, side by side on ONE GPU in waves of LANES lanes (default 4, each with
-# its own memory plan, run.memory_fraction=0.88/LANES, micro-batches on auto: forcing them small slowed PPO's
-# update eight-fold, docs/LOG.md tenth session). Every run is then evaluated on the whole validation split
-# (data.val_size problems carved from train, never trained on: 500 in the recipe) and compared pair by pair with
-# the recipe's lane (python -m r1.compare: gained / lost / McNemar p). Not on the test split: this table is
-# what the next recipe is chosen from, and the test split is read once per final recipe, never to pick one
-# (issue 29 asked for test here; its own rule 2 and the brief say otherwise).
+# same SFT policy and seed, the same GPU time each, one lane at a time by default (LANES=1). Lanes side by side
+# on one GPU (LANES=N, each with its own memory plan, run.memory_fraction=0.88/N, micro-batches on auto: forcing
+# them small slowed PPO's update eight-fold, docs/LOG.md tenth session) buy nothing for this recipe: measured
+# 2026-12-02 on one H200, five RL lanes in a wave ran at 0.18 of their speed alone each (33.5 s an iteration
+# against 5.97 s), 0.89 of one lane's throughput all together, and a lane's share then depends on what its
+# wave-mates run (the critic-free lanes of a light wave got more iterations): not the same GPU time. Every run
+# is then evaluated on the whole validation split (data.val_size problems carved from train, never trained on:
+# 500 in the recipe) and compared pair by pair with the recipe's lane (python -m r1.compare: gained / lost /
+# McNemar p). Not on the test split: this table is what the next recipe is chosen from, and the test split is
+# read once per final recipe, never to pick one (issue 29 asked for test here; its own rule 2 and the brief
+# say otherwise).
 #   bench/h200_ablate.sh SFT_HF RESULTS_DIR [RECIPE]      env: ABL_TIME (RL seconds a lane, default 300), LANES,
 #     ONLY (names of ablations to run, default all), EXTRA (overrides for every run, e.g. for a CPU dry run),
-#     SOLO (default 1: after the waves, the recipe's lane once more ALONE on the GPU, same time and memory
-#     fraction: what sharing the GPU costs a lane, in iterations; ablation_table.py reports it; 0 = skip)
+#     SOLO (with LANES > 1, default 1: after the waves, the recipe's lane once more ALONE on the GPU, same time
+#     and memory fraction: what sharing the GPU costs a lane; ablation_table.py reports it; 0 = skip)
 #     TEST (lanes that are final recipes, e.g. "recipe lora" for issue 30's LoRA against full fine-tuning at equal
 #     time: each read ONCE on the whole test split after everything else, the first named the pair's baseline;
 #     never used to choose, which the validation table does)
 #   python bench/ablation_table.py RESULTS_DIR            # the README table and the PNG curves, afterwards
 set -u
 S=$1; R=$2; REC=${3:-configs/gsm8k_tool_30min.yaml}; mkdir -p "$R"
-T=${ABL_TIME:-300}; X=${EXTRA:-}; L=${LANES:-4}; F=$(python3 -c "print(round(0.88 / $L, 3))")
+T=${ABL_TIME:-300}; X=${EXTRA:-}; L=${LANES:-1}; F=$(python3 -c "print(round(0.88 / $L, 3))")
 . "$(dirname "$0")/phases.sh"  # log, phase
 names=(recipe); for f in configs/ablations/*.yaml; do n=$(basename "$f" .yaml)
   case " ${ONLY:-$n} " in *" $n "*) names+=("$n") ;; esac; done
@@ -34,7 +38,7 @@ for ((i = 0; i < ${#names[@]}; i += L)); do
   wait
 done
 # what a lane pays for sharing: the recipe's lane alone, same seconds, same memory fraction, no evaluation after
-[ "${SOLO:-1}" = 1 ] && phase "rl-solo" python3 train.py --config "$REC" model.path="$S" run.dir="$R/solo/recipe" \
+[ "$L" -gt 1 ] && [ "${SOLO:-1}" = 1 ] && phase "rl-solo" python3 train.py --config "$REC" model.path="$S" run.dir="$R/solo/recipe" \
   train.sft_steps=0 train.time_limit=$T eval.every=10 eval.limit=200 run.memory_fraction=$F log.progress=false $X
 for n in "${names[@]:1}"; do
   [ -e "$R/val-$n.json" ] && python3 -m r1.compare "$R/val-recipe" "$R/val-$n" 2>/dev/null | tail -1 \

@@ -65,10 +65,24 @@ def test_ablation_table_reads_the_lanes_files(tmp_path):
     assert "| grpo | 2 | 10.00% of 500 | -2.00 (10 / 36, p = 0.0001) | 0.280 |" in text
     assert ablation_table.lane_cost(str(tmp_path)) == ""  # no solo run: nothing claimed
     (tmp_path / "solo" / "recipe").mkdir(parents=True)
-    (tmp_path / "solo" / "recipe" / "metrics.jsonl").write_text(
-        "".join(json.dumps({"iter": i, "reward_mean": 0.1}) + "\n" for i in (1, 2, 3, 4)))
-    assert "ran 2 iterations beside the others and 4 alone" in ablation_table.lane_cost(str(tmp_path))
-    assert "(0.50 of its speed alone)" in ablation_table.lane_cost(str(tmp_path))
+    (tmp_path / "solo" / "recipe" / "metrics.jsonl").write_text(  # alone: 2 s an iteration, then 9 s after the lane's last
+        "".join(json.dumps({"iter": i, "reward_mean": 0.1, "time_rollout": 1.0, "time_score": 0.5,
+                            "time_train": 0.5 if i < 4 else 7.5}) + "\n" for i in (1, 2, 3, 4)))
+    assert ablation_table.lane_cost(str(tmp_path)) == ""  # the lane logged no phase times: nothing to set against
+    for name in ("recipe", "grpo"):  # the lanes beside each other: 8 s an iteration (iteration 1, with captures, 60 s)
+        (tmp_path / name / "metrics.jsonl").write_text("".join(json.dumps(
+            {"iter": i, "reward_mean": 0.1, "entropy": 0.28, "time_rollout": 4.0 if i > 1 else 54.0,
+             "time_score": 2.0, "time_train": 2.0}) + "\n" for i in (1, 2)))
+    cost = ablation_table.lane_cost(str(tmp_path))
+    assert "8.00 s an iteration beside the others and 2.00 s alone" in cost and "iterations 2..2" in cost
+    assert "0.25 of its speed alone" in cost
+    other = tmp_path / "solo" / "elsewhere"  # --solo: a solo run made in another session
+    other.mkdir()
+    (other / "metrics.jsonl").write_text("".join(json.dumps(
+        {"iter": i, "reward_mean": 0.1, "time_rollout": 2.0, "time_score": 1.0, "time_train": 1.0}) + "\n"
+        for i in (1, 2, 3)))
+    assert "4.00 s alone" in ablation_table.lane_cost(str(tmp_path), str(other)) and "0.50 of" in \
+        ablation_table.lane_cost(str(tmp_path), str(other))
     assert [r["name"] for r in ablation_table.rows(str(tmp_path))] == ["recipe", "grpo"]
     with pytest.raises(SystemExit, match="missing is not a folder"):
         ablation_table.main([str(tmp_path / "missing")])
@@ -78,3 +92,11 @@ def test_ablation_table_reads_the_lanes_files(tmp_path):
     assert ablation_table.test_lines(str(tmp_path)) == [
         "grpo: 50.00% of 1319 test problems, +1.50 points against recipe (40 gained / 20 lost, p = 0.01)",
         "recipe: 50.00% of 1319 test problems"]
+    # as a user runs it, from the repository root, curves included (r1.plot must import from bench/)
+    pytest.importorskip("matplotlib")
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "ablation_table.py"), str(tmp_path),
+                          "--png-prefix", str(tmp_path / "abl")], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert "| recipe |" in out.stdout and "Lane cost" in out.stdout
+    assert all((tmp_path / f"abl_{k}.png").stat().st_size > 0 for k in ("reward", "entropy"))
+    assert not (tmp_path / "abl_val.png").exists() and "no " in out.stderr and "eval_accuracy" in out.stderr
