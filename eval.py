@@ -75,7 +75,8 @@ def main(argv=None):
     if actor.d.main:
         write_text(os.path.join(out, "config.yaml"), dump(cfg))  # the resolved config beside its results
         print(f"wrote {os.path.join(out, 'eval.json')} and the greedy episodes, "
-              f"{os.path.join(out, 'eval_trajectories.jsonl.gz')}", file=sys.stderr, flush=True)
+              f"{os.path.join(out, 'eval_trajectories.jsonl.gz')} (read one: python -m r1.trajectory show {out} "
+              f"--index 0)", file=sys.stderr, flush=True)
         print(json.dumps(res), flush=True)
 
 

@@ -31,7 +31,8 @@ and any after it are dropped; a non-finite reward is kept as 0); the
 episode is finished with the reason as its termination, and the batch goes
 on. One bad episode never ends a batch.
 
-    python -m r1.trajectory show RUN_DIR --iter N --index K
+    python -m r1.trajectory show RUN_DIR --iter N --index K     # a training run's iteration N
+    python -m r1.trajectory show EVAL_OUT --index K              # eval.py's greedy episodes (its eval.out)
 """
 import argparse
 import gzip
@@ -341,28 +342,49 @@ def _saved_iterations(run_dir: str) -> str:
         f"; saved: iterations {', '.join(map(str, its[:8]))}{' ...' if len(its) > 8 else ''}"
 
 
+EVAL_FILE = "eval_trajectories.jsonl.gz"  # what eval.py writes in its eval.out folder (r1/evaluate.py)
+
+
+def _show_path(target: str, iteration) -> tuple:
+    """(trajectory file, folder whose config.yaml names the tokenizer) for `show`: a run folder with --iter,
+    an eval.out folder (its eval_trajectories.jsonl.gz), or a trajectory file itself."""
+    if os.path.isfile(target):
+        folder = os.path.dirname(target) or "."
+        if os.path.basename(folder) == "trajectories":  # RUN_DIR/trajectories/iter_N.jsonl.gz: the run's config
+            folder = os.path.dirname(folder) or "."
+        return target, folder
+    if iteration is not None:
+        return iter_path(target, iteration), target
+    if os.path.isfile(os.path.join(target, EVAL_FILE)):
+        return os.path.join(target, EVAL_FILE), target
+    raise SystemExit(f"error: {target}: --iter N names the iteration of a training run"
+                     f"{_saved_iterations(target)}" if os.path.isdir(target) else
+                     f"error: {target}: no such run folder, eval.out folder or trajectory file")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m r1.trajectory", description="Inspect saved trajectories.")
     sub = p.add_subparsers(dest="cmd", required=True)
     show = sub.add_parser("show", help="print one trajectory with its turns, rewards and masks")
-    show.add_argument("run_dir")
-    show.add_argument("--iter", type=int, required=True)
+    show.add_argument("run_dir", help="a run folder (with --iter), an eval.out folder, or a .jsonl.gz file")
+    show.add_argument("--iter", type=int, default=None, help="the iteration of a run folder, from 1")
     show.add_argument("--index", type=int, default=0)
     show.add_argument("--ids", action="store_true", help="print token ids instead of text")
     a = p.parse_args(argv)
-    path = iter_path(a.run_dir, a.iter)
+    path, folder = _show_path(a.run_dir, a.iter)
     try:
         header, trajs = read(path)
     except (FileNotFoundError, ValueError) as e:  # a typo in RUN_DIR or --iter, a damaged file: one line
-        raise SystemExit(f"error: {e}{_saved_iterations(a.run_dir) if isinstance(e, FileNotFoundError) else ''}") \
-            from None
+        missing = isinstance(e, FileNotFoundError) and a.iter is not None
+        raise SystemExit(f"error: {e}{_saved_iterations(a.run_dir) if missing else ''}") from None
     if not 0 <= a.index < len(trajs):
-        raise SystemExit(f"error: --index {a.index} out of range: iteration {a.iter} has {len(trajs)} trajectories")
+        what = f"iteration {a.iter}" if a.iter is not None else path
+        raise SystemExit(f"error: --index {a.index} out of range: {what} has {len(trajs)} trajectories")
     decode = None
     if not a.ids:
-        decode = _run_decoder(a.run_dir, path, header, trajs[a.index])
+        decode = _run_decoder(folder, path, header, trajs[a.index])
     t = trajs[a.index]
-    if re.fullmatch(r"\d+-\d+-\d+", t.uid):  # a training uid: <iteration from 0>-<group>-<sample>
+    if a.iter is not None and re.fullmatch(r"\d+-\d+-\d+", t.uid):  # a training uid: <iteration from 0>-<group>-<sample>
         print(f"iteration {a.iter} (--iter counts from 1; the uid {t.uid} is <iteration - 1>-<group>-<sample>)")
     print(render(t, decode))
 

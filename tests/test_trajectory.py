@@ -162,6 +162,35 @@ def test_show_cli_prints_turns_rewards_and_masks(tmp_path, tok):
     assert out.returncode != 0 and "has no trajectories/ folder" in out.stderr and "\n" not in out.stderr.strip()
 
 
+def test_show_reads_an_eval_folder_and_a_trajectory_file(tmp_path, tok):
+    """eval.py's greedy episodes (eval.out/eval_trajectories.jsonl.gz, config.yaml beside) need no --iter; a
+    trajectory file is read as it is, with the tokenizer of the folder it lies in (a run's, for trajectories/)."""
+    out_dir = tmp_path / "eval-val"
+    out_dir.mkdir()
+    (out_dir / "config.yaml").write_text("model:\n  tokenizer: smollm2-135m-instruct\n  path: null\n")
+    prompt = tok.render([{"role": "user", "content": "What is 6*7?"}])
+    resp = tok.encode("#### 42") + [2]
+    t = Trajectory("eval-0-0", 0, "gsm8k-test-7", [Step(prompt, resp, [-0.1] * len(resp), 1.0, True)], "answered")
+    save([t], str(out_dir / "eval_trajectories.jsonl.gz"))
+    for target in (out_dir, out_dir / "eval_trajectories.jsonl.gz"):
+        got = show(target)
+        assert got.returncode == 0, got.stderr
+        assert "trajectory eval-0-0" in got.stdout and "What is 6*7?" in got.stdout and "#### 42" in got.stdout
+        assert "iteration" not in got.stdout and "could not load" not in got.stdout
+    got = show(out_dir, "--index", 1)
+    assert got.returncode != 0 and "out of range" in got.stderr and "has 1 trajectories" in got.stderr
+    run = tmp_path / "run"  # a run folder's file, named directly: the run's config.yaml decodes it
+    run.mkdir()
+    (run / "config.yaml").write_text("model:\n  tokenizer: smollm2-135m-instruct\n  path: null\n")
+    save([t], iter_path(str(run), 2))
+    got = show(iter_path(str(run), 2))
+    assert got.returncode == 0 and "What is 6*7?" in got.stdout, got.stderr
+    for target, words in ((run, "--iter N names the iteration of a training run; saved: iteration 2"),
+                          (tmp_path / "nope", "no such run folder, eval.out folder or trajectory file")):
+        got = show(target)  # no --iter and no eval file: one line that says what to give
+        assert got.returncode != 0 and words in got.stderr and "Traceback" not in got.stderr, got.stderr
+
+
 def test_render_counts_new_prompt_tokens_for_rewritten_prompts():
     t = rewritten_traj(random.Random(3))
     text = render(t)
