@@ -3,7 +3,8 @@
 # (SFT, then PPO until train.time_limit), its wall time measured around the command, then the test split read
 # once: the SFT policy and the final policy, greedy, all 1,319 problems; then bench/results/learning_h200.json.
 #   setsid nohup bash bench/h200_recipe.sh MODEL.gguf RESULTS_DIR [CONFIG] &    (EXTRA / EVAL_EXTRA: overrides
-#   appended to the train.py / eval.py commands, for a CPU dry run only)    (over 10 minutes: follow it with
+#   appended to the train.py / eval.py commands, for a CPU dry run only, with SAVE='': the result is printed, and
+#   bench/results/learning_h200.json, where it is saved by default, stays as it is)    (over 10 minutes: follow it with
 #   calls that wait on RESULTS_DIR/progress.txt, as docs/GPU.md says; bench/h200_collect.sh packs the results)
 set -u
 M=$1; R=$2; CFG=${3:-configs/gsm8k_tool_30min.yaml}; mkdir -p "$R"
@@ -17,7 +18,8 @@ for m in sft final; do
   phase "test-$m" python3 eval.py --config "$CFG" model.path="$p" eval.split=test eval.limit=0 eval.out="$R/test-$m" ${EVAL_EXTRA:-} \
     && tail -1 "$R/test-$m.log" > "$R/test-$m.json"
 done
+SAVE=${SAVE-bench/results/learning_h200.json}  # '' = print only (a CPU dry run must not overwrite the result)
 phase result python3 bench/learning_result.py --run "$R/recipe" --sft-eval "$R/test-sft.json" \
-  --test-eval "$R/test-final.json" --wall "$(cat "$R/wall_s")" --config "$CFG" --save bench/results/learning_h200.json
-cp bench/results/learning_h200.json "$R/" 2>/dev/null
+  --test-eval "$R/test-final.json" --wall "$(cat "$R/wall_s")" --config "$CFG" ${SAVE:+--save "$SAVE"}
+[ -n "$SAVE" ] && cp "$SAVE" "$R/" 2>/dev/null
 log "ALL DONE"
