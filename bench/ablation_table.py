@@ -57,7 +57,8 @@ def seconds_per_iteration(rows: list, first: int, last: int):
 def lane_cost(res: str, solo: str = "") -> str:
     """One line: the recipe lane's median seconds an iteration beside the others against alone, over the same
     iterations (2..the lane's last), or ''. `solo` is a run of the same config alone on the GPU; by default the
-    one h200_ablate.sh SOLO made (RES/solo/recipe). Seconds an iteration, not iteration counts: a solo run from
+    one h200_ablate.sh SOLO made (RES/solo/recipe), which also keeps the lane's memory fraction (a solo run with
+    a bigger memory plan mixes that in). Seconds an iteration, not iteration counts: a solo run from
     another session (e.g. the recipe's own run, docs/results/recipe1) ran longer, and its first iterations are
     the ones to set against the lane's."""
     solo = solo or os.path.join(res, "solo", "recipe")

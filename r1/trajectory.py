@@ -349,9 +349,11 @@ def _show_path(target: str, iteration) -> tuple:
     """(trajectory file, folder whose config.yaml names the tokenizer) for `show`: a run folder with --iter,
     an eval.out folder (its eval_trajectories.jsonl.gz), or a trajectory file itself."""
     if os.path.isfile(target):
-        folder = os.path.dirname(target) or "."
+        if iteration is not None:  # the file says which iteration it holds; a second answer could only disagree
+            raise SystemExit(f"error: {target} is a trajectory file: --iter is for a run folder; drop it")
+        folder = os.path.dirname(os.path.abspath(target))
         if os.path.basename(folder) == "trajectories":  # RUN_DIR/trajectories/iter_N.jsonl.gz: the run's config
-            folder = os.path.dirname(folder) or "."
+            folder = os.path.dirname(folder)
         return target, folder
     if iteration is not None:
         return iter_path(target, iteration), target

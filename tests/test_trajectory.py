@@ -185,6 +185,12 @@ def test_show_reads_an_eval_folder_and_a_trajectory_file(tmp_path, tok):
     save([t], iter_path(str(run), 2))
     got = show(iter_path(str(run), 2))
     assert got.returncode == 0 and "What is 6*7?" in got.stdout, got.stderr
+    inside = subprocess.run([sys.executable, "-m", "r1.trajectory", "show", os.path.basename(iter_path(str(run), 2))],
+                            cwd=os.path.dirname(iter_path(str(run), 2)), capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PYTHONPATH": ROOT})  # a bare file name, from inside trajectories/
+    assert inside.returncode == 0 and "What is 6*7?" in inside.stdout, inside.stderr
+    got = show(iter_path(str(run), 2), "--iter", 5)  # a file and an --iter that could disagree: refused
+    assert got.returncode != 0 and "--iter is for a run folder" in got.stderr and "Traceback" not in got.stderr
     for target, words in ((run, "--iter N names the iteration of a training run; saved: iteration 2"),
                           (tmp_path / "nope", "no such run folder, eval.out folder or trajectory file")):
         got = show(target)  # no --iter and no eval file: one line that says what to give
