@@ -372,6 +372,9 @@ def main(argv=None):
     show.add_argument("--iter", type=int, default=None, help="the iteration of a run folder, from 1")
     show.add_argument("--index", type=int, default=0)
     show.add_argument("--ids", action="store_true", help="print token ids instead of text")
+    show.add_argument("--tokenizer", default=None, help="decode with this tokenizer (an HF folder, a .gguf, or a "
+                      "short name such as smollm2-135m-instruct) instead of the one the run's config.yaml names: "
+                      "for files whose run is not on this machine (docs/results/)")
     a = p.parse_args(argv)
     path, folder = _show_path(a.run_dir, a.iter)
     try:
@@ -384,38 +387,47 @@ def main(argv=None):
         raise SystemExit(f"error: --index {a.index} out of range: {what} has {len(trajs)} trajectories")
     decode = None
     if not a.ids:
-        decode = _run_decoder(folder, path, header, trajs[a.index])
+        decode = _run_decoder(folder, path, header, trajs[a.index], a.tokenizer)
     t = trajs[a.index]
     if a.iter is not None and re.fullmatch(r"\d+-\d+-\d+", t.uid):  # a training uid: <iteration from 0>-<group>-<sample>
         print(f"iteration {a.iter} (--iter counts from 1; the uid {t.uid} is <iteration - 1>-<group>-<sample>)")
     print(render(t, decode))
 
 
-def _run_decoder(run_dir, path, header, traj):
-    """The run's tokenizer (from its config.yaml), or None to print ids. A tokenizer that is not the one
-    the file records, or a vocabulary the ids do not fit, is an error (exit non-zero), not garbage."""
-    try:
-        import yaml
+def _run_decoder(run_dir, path, header, traj, name=None):
+    """The run's tokenizer (from its config.yaml; `name` instead where given), or None to print ids. A
+    tokenizer that is not the one the file records, or a vocabulary the ids do not fit, is an error (exit
+    non-zero), not garbage."""
+    from r1.tokenizer import load_tokenizer
 
-        from r1.tokenizer import load_tokenizer
+    source = "the run's config names" if name is None else "--tokenizer gives"
+    if name is not None:  # the user's choice: a failure is theirs to see, not a fallback to ids
+        try:
+            tok = load_tokenizer(name)
+        except Exception as e:
+            raise SystemExit(f"error: --tokenizer {name}: {e}") from None
+    else:
+        try:
+            import yaml
 
-        from r1.bounded import read_text
+            from r1.bounded import read_text
 
-        cfg = yaml.safe_load(read_text(os.path.join(run_dir, "config.yaml"), 1 << 20, "config"))  # as read_yaml's cap
-        name = cfg["model"].get("tokenizer") or cfg["model"]["path"]
-        saved_dir = cfg["run"].get("dir") if isinstance(cfg.get("run"), dict) else None
-        inside = os.path.relpath(name, saved_dir) if saved_dir else ".."
-        if not os.path.exists(name) and not inside.startswith(".."):  # a path inside the run (its sft/hf) that
-            name = os.path.join(run_dir, inside)  # does not resolve from here: the run moved, or cwd is elsewhere
-        tok = load_tokenizer(name)
-    except Exception as e:  # a readable fallback beats a crash when only ids are at hand
-        print(f"(printing token ids: could not load the run's tokenizer: {e})")
-        return None
+            cfg = yaml.safe_load(read_text(os.path.join(run_dir, "config.yaml"), 1 << 20, "config"))  # read_yaml's cap
+            name = cfg["model"].get("tokenizer") or cfg["model"]["path"]
+            saved_dir = cfg["run"].get("dir") if isinstance(cfg.get("run"), dict) else None
+            inside = os.path.relpath(name, saved_dir) if saved_dir else ".."
+            if not os.path.exists(name) and not inside.startswith(".."):  # a path inside the run (its sft/hf) that
+                name = os.path.join(run_dir, inside)  # does not resolve from here: the run moved, or cwd is elsewhere
+            tok = load_tokenizer(name)
+        except Exception as e:  # a readable fallback beats a crash when only ids are at hand
+            print(f"(printing token ids: could not load the run's tokenizer: {e}; --tokenizer NAME decodes with "
+                  f"another)")
+            return None
     want = (header or {}).get("tokenizer")
     have = tokenizer_id(tok)
     if isinstance(want, dict) and want.get("sha256") and want.get("sha256") != have.get("sha256"):
         raise SystemExit(f"error: {path} was written with tokenizer {want.get('name')!r} (vocabulary "
-                         f"{want.get('vocab_size')}, sha256 {str(want.get('sha256'))[:12]}), but the run's config names "
+                         f"{want.get('vocab_size')}, sha256 {str(want.get('sha256'))[:12]}), but {source} "
                          f"{have.get('name')!r} (vocabulary {have.get('vocab_size')}, sha256 "
                          f"{str(have.get('sha256'))[:12]}); pass --ids to print token ids")
     vocab = len(tok.hf)

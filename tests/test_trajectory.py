@@ -191,6 +191,15 @@ def test_show_reads_an_eval_folder_and_a_trajectory_file(tmp_path, tok):
     assert inside.returncode == 0 and "What is 6*7?" in inside.stdout, inside.stderr
     got = show(iter_path(str(run), 2), "--iter", 5)  # a file and an --iter that could disagree: refused
     assert got.returncode != 0 and "--iter is for a run folder" in got.stderr and "Traceback" not in got.stderr
+    elsewhere = tmp_path / "published"  # a file whose run is not here (docs/results/): --tokenizer decodes it
+    elsewhere.mkdir()
+    save([t], str(elsewhere / "eval-test.jsonl.gz"))
+    got = show(elsewhere / "eval-test.jsonl.gz")
+    assert got.returncode == 0 and "could not load" in got.stdout and "--tokenizer NAME" in got.stdout
+    got = show(elsewhere / "eval-test.jsonl.gz", "--tokenizer", "smollm2-135m-instruct")
+    assert got.returncode == 0 and "What is 6*7?" in got.stdout and "could not load" not in got.stdout, got.stderr
+    got = show(elsewhere / "eval-test.jsonl.gz", "--tokenizer", tmp_path / "no-such-tokenizer")
+    assert got.returncode != 0 and got.stderr.startswith("error: --tokenizer ") and "Traceback" not in got.stderr
     for target, words in ((run, "--iter N names the iteration of a training run; saved: iteration 2"),
                           (tmp_path / "nope", "no such run folder, eval.out folder or trajectory file")):
         got = show(target)  # no --iter and no eval file: one line that says what to give
