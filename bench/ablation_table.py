@@ -114,9 +114,14 @@ def main(argv=None):
     a = p.parse_args(argv)
     if not os.path.isdir(a.results):
         sys.exit(f"error: {a.results} is not a folder (bench/h200_ablate.sh's RESULTS_DIR)")
+    if a.solo and not os.path.isfile(os.path.join(a.solo, "metrics.jsonl")):
+        sys.exit(f"error: --solo {a.solo}: no metrics.jsonl there (a run folder of the recipe alone on the GPU)")
     table = rows(a.results)
     if not table:
         sys.exit(f"error: no lanes (folders with metrics.jsonl) in {a.results}")
+    if table[0]["name"] != "recipe":
+        sys.exit(f"error: {a.results} has no recipe lane (recipe/metrics.jsonl), which every row is compared with: "
+                 f"not a results folder of bench/h200_ablate.sh")
     print(markdown(table))
     cost = lane_cost(a.results, a.solo)
     if cost:

@@ -359,9 +359,12 @@ def _show_path(target: str, iteration) -> tuple:
         return iter_path(target, iteration), target
     if os.path.isfile(os.path.join(target, EVAL_FILE)):
         return os.path.join(target, EVAL_FILE), target
-    raise SystemExit(f"error: {target}: --iter N names the iteration of a training run"
-                     f"{_saved_iterations(target)}" if os.path.isdir(target) else
-                     f"error: {target}: no such run folder, eval.out folder or trajectory file")
+    if not os.path.isdir(target):
+        raise SystemExit(f"error: {target}: no such run folder, eval.out folder or trajectory file")
+    files = sorted(f for f in os.listdir(target) if f.endswith(".jsonl.gz"))  # e.g. docs/results/'s eval copies
+    here = f"; trajectory files in it: {', '.join(files[:6])}{' ...' if len(files) > 6 else ''}" if files else ""
+    raise SystemExit(f"error: {target}: --iter N names the iteration of a training run{_saved_iterations(target)}"
+                     f"{here}")
 
 
 def main(argv=None):

@@ -100,3 +100,12 @@ def test_ablation_table_reads_the_lanes_files(tmp_path):
     assert "| recipe |" in out.stdout and "Lane cost" in out.stdout
     assert all((tmp_path / f"abl_{k}.png").stat().st_size > 0 for k in ("reward", "entropy"))
     assert not (tmp_path / "abl_val.png").exists() and "no " in out.stderr and "eval_accuracy" in out.stderr
+    bad = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "ablation_table.py"), str(tmp_path),
+                          "--solo", str(tmp_path / "no-run")], capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode != 0 and "--solo" in bad.stderr and "no metrics.jsonl" in bad.stderr
+    assert "Traceback" not in bad.stderr
+    norecipe = tmp_path / "norecipe" / "sft"  # lanes, but none named recipe (a recipe run's own folder, say)
+    norecipe.mkdir(parents=True)
+    (norecipe / "metrics.jsonl").write_text(json.dumps({"iter": 1, "reward_mean": 0.1}) + "\n")
+    with pytest.raises(SystemExit, match="has no recipe lane"):
+        ablation_table.main([str(norecipe.parent)])

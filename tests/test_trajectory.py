@@ -200,6 +200,8 @@ def test_show_reads_an_eval_folder_and_a_trajectory_file(tmp_path, tok):
     assert got.returncode == 0 and "What is 6*7?" in got.stdout and "could not load" not in got.stdout, got.stderr
     got = show(elsewhere / "eval-test.jsonl.gz", "--tokenizer", tmp_path / "no-such-tokenizer")
     assert got.returncode != 0 and got.stderr.startswith("error: --tokenizer ") and "Traceback" not in got.stderr
+    got = show(elsewhere)  # a folder of trajectory files that are not eval.py's name: listed
+    assert got.returncode != 0 and "trajectory files in it: eval-test.jsonl.gz" in got.stderr
     for target, words in ((run, "--iter N names the iteration of a training run; saved: iteration 2"),
                           (tmp_path / "nope", "no such run folder, eval.out folder or trajectory file")):
         got = show(target)  # no --iter and no eval file: one line that says what to give
