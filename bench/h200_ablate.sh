@@ -15,32 +15,37 @@
 # say otherwise).
 #   bench/h200_ablate.sh SFT_HF RESULTS_DIR [RECIPE]      env: ABL_TIME (RL seconds a lane, default 300), LANES,
 #     ONLY (names of ablations to run, default all), EXTRA (overrides for every run, e.g. for a CPU dry run),
-#     SOLO (with LANES > 1, default 1: after the waves, the recipe's lane once more ALONE on the GPU, same time
-#     and memory fraction: what sharing the GPU costs a lane; ablation_table.py reports it; 0 = skip)
+#     GPUS (device ids on a host of several GPUs, e.g. "0 1 2 3": LANES defaults to their count, and lane k of a
+#     wave runs on GPU k mod their count, so each lane has a GPU to itself: the way to make the table fast),
+#     SOLO (when lanes share a GPU, default 1: after the waves, the recipe's lane once more ALONE on the GPU, same
+#     time and memory fraction: what sharing the GPU costs a lane; ablation_table.py reports it; 0 = skip)
 #     TEST (lanes that are final recipes, e.g. "recipe lora" for issue 30's LoRA against full fine-tuning at equal
 #     time: each read ONCE on the whole test split after everything else, the first named the pair's baseline;
 #     never used to choose, which the validation table does)
 #   python bench/ablation_table.py RESULTS_DIR            # the README table and the PNG curves, afterwards
 set -u
 S=$1; R=$2; REC=${3:-configs/gsm8k_tool_30min.yaml}; mkdir -p "$R"
-T=${ABL_TIME:-300}; X=${EXTRA:-}; L=${LANES:-1}; F=$(python3 -c "print(round(0.88 / $L, 3))")
+T=${ABL_TIME:-300}; X=${EXTRA:-}
+read -r -a gpus <<< "${GPUS:-}"; G=${#gpus[@]}  # GPUS="0 1": lane k of a wave on GPU gpus[k % G]
+L=${LANES:-$((G > 0 ? G : 1))}; F=$(python3 -c "import math; print(round(0.88 / math.ceil($L / max($G, 1)), 3))")
 . "$(dirname "$0")/phases.sh"  # log, phase
 names=(recipe); for f in configs/ablations/*.yaml; do n=$(basename "$f" .yaml)
   case " ${ONLY:-$n} " in *" $n "*) names+=("$n") ;; esac; done
-lane() {  # name: RL from the SFT policy for T seconds, in-run curve on 200 validation problems, then all of them
+lane() {  # name [gpu]: RL from the SFT policy for T seconds, in-run curve on 200 validation problems, then all
   local n=$1 more=(); [ "$n" != recipe ] && more=(--config "configs/ablations/$n.yaml")
+  [ -n "${2:-}" ] && export CUDA_VISIBLE_DEVICES=$2  # in the lane's own subshell (it runs with &)
   phase "rl-$n" python3 train.py --config "$REC" "${more[@]}" model.path="$S" run.dir="$R/$n" train.sft_steps=0 \
     train.time_limit=$T eval.every=10 eval.limit=200 run.memory_fraction=$F log.progress=false $X &&
   phase "val-$n" python3 eval.py --config "$REC" "${more[@]}" model.path="$R/$n" eval.split=val eval.limit=0 \
     run.memory_fraction=$F eval.out="$R/val-$n" $X && tail -1 "$R/val-$n.log" > "$R/val-$n.json"
 }
-log "begin: ${names[*]} (ABL_TIME=$T, $L lanes a wave, memory_fraction $F)"
+log "begin: ${names[*]} (ABL_TIME=$T, $L lanes a wave, memory_fraction $F${GPUS:+, GPUs $GPUS})"
 for ((i = 0; i < ${#names[@]}; i += L)); do
-  for n in "${names[@]:i:L}"; do lane "$n" & done
+  k=0; for n in "${names[@]:i:L}"; do lane "$n" "${gpus[$((k % (G > 0 ? G : 1)))]:-}" & k=$((k + 1)); done
   wait
 done
 # what a lane pays for sharing: the recipe's lane alone, same seconds, same memory fraction, no evaluation after
-[ "$L" -gt 1 ] && [ "${SOLO:-1}" = 1 ] && phase "rl-solo" python3 train.py --config "$REC" model.path="$S" run.dir="$R/solo/recipe" \
+[ "$L" -gt "$((G > 0 ? G : 1))" ] && [ "${SOLO:-1}" = 1 ] && phase "rl-solo" python3 train.py --config "$REC" model.path="$S" run.dir="$R/solo/recipe" \
   train.sft_steps=0 train.time_limit=$T eval.every=10 eval.limit=200 run.memory_fraction=$F log.progress=false $X
 for n in "${names[@]:1}"; do
   [ -e "$R/val-$n.json" ] && python3 -m r1.compare "$R/val-recipe" "$R/val-$n" 2>/dev/null | tail -1 \
