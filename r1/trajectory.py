@@ -356,6 +356,8 @@ def _show_path(target: str, iteration) -> tuple:
             folder = os.path.dirname(folder)
         return target, folder
     if iteration is not None:
+        if os.path.isfile(os.path.join(target, EVAL_FILE)) and not os.path.isdir(os.path.join(target, "trajectories")):
+            raise SystemExit(f"error: {target} is an eval.out folder ({EVAL_FILE}): --iter is for a run folder; drop it")
         return iter_path(target, iteration), target
     if os.path.isfile(os.path.join(target, EVAL_FILE)):
         return os.path.join(target, EVAL_FILE), target

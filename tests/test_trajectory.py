@@ -177,6 +177,8 @@ def test_show_reads_an_eval_folder_and_a_trajectory_file(tmp_path, tok):
         assert got.returncode == 0, got.stderr
         assert "trajectory eval-0-0" in got.stdout and "What is 6*7?" in got.stdout and "#### 42" in got.stdout
         assert "iteration" not in got.stdout and "could not load" not in got.stdout
+    got = show(out_dir, "--iter", 1)  # an eval folder has no iterations: said so, not "no trajectories/ folder"
+    assert got.returncode != 0 and "is an eval.out folder" in got.stderr and "drop it" in got.stderr
     got = show(out_dir, "--index", 1)
     assert got.returncode != 0 and "out of range" in got.stderr and "has 1 trajectories" in got.stderr
     run = tmp_path / "run"  # a run folder's file, named directly: the run's config.yaml decodes it
