@@ -74,8 +74,10 @@ def main(argv=None):
     res["split"] = cfg.eval.split
     if actor.d.main:
         write_text(os.path.join(out, "config.yaml"), dump(cfg))  # the resolved config beside its results
+        from r1.trajectory import EVAL_FILE
+
         print(f"wrote {os.path.join(out, 'eval.json')} and the greedy episodes, "
-              f"{os.path.join(out, 'eval_trajectories.jsonl.gz')} (read one: python -m r1.trajectory show {out} "
+              f"{os.path.join(out, EVAL_FILE)} (read one: python -m r1.trajectory show {out} "
               f"--index 0)", file=sys.stderr, flush=True)
         print(json.dumps(res), flush=True)
 

@@ -17,13 +17,13 @@ import math
 import os
 
 from r1.rollout_stats import traj_stats
-from r1.trajectory import load
+from r1.trajectory import EVAL_FILE, load
 
 
 def correct_by_problem(path: str) -> dict:
     """sample_id -> 1.0 / 0.0 for a folder written by eval.py (or its trajectory file)."""
     if os.path.isdir(path):
-        path = os.path.join(path, "eval_trajectories.jsonl.gz")
+        path = os.path.join(path, EVAL_FILE)
     out = {}
     for t in load(path):
         if t.sample_id in out:

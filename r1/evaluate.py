@@ -16,7 +16,7 @@ import os
 from r1 import distributed
 from r1.generate import Sampling
 from r1.rollout_stats import summarize, traj_stats
-from r1.trajectory import save as save_trajs
+from r1.trajectory import EVAL_FILE, save as save_trajs
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -49,7 +49,7 @@ def evaluate(actor, rows, cfg, out_dir=None) -> dict:
         all_greedy = [t for part in distributed.gather_objects(greedy, d) for t in part]
         if d.main:
             os.makedirs(out_dir, exist_ok=True)
-            save_trajs(all_greedy, os.path.join(out_dir, "eval_trajectories.jsonl.gz"), tokenizer=actor.tok)
+            save_trajs(all_greedy, os.path.join(out_dir, EVAL_FILE), tokenizer=actor.tok)
             with open(os.path.join(out_dir, "eval.json"), "w") as f:
                 json.dump(res, f, indent=1)
     return res

@@ -198,6 +198,9 @@ def check_episodes(trajs: list, vocab_size: int) -> list:
     return bad
 
 
+EVAL_FILE = "eval_trajectories.jsonl.gz"  # eval.py's greedy episodes in its eval.out folder (r1/evaluate.py)
+
+
 def iter_path(run_dir: str, iteration: int) -> str:
     return os.path.join(run_dir, "trajectories", f"iter_{iteration:06d}.jsonl.gz")
 
@@ -340,9 +343,6 @@ def _saved_iterations(run_dir: str) -> str:
         return f"; saved: iteration {its[0]}"
     return f"; saved: iterations {its[0]}-{its[-1]}" if its == list(range(its[0], its[-1] + 1)) else \
         f"; saved: iterations {', '.join(map(str, its[:8]))}{' ...' if len(its) > 8 else ''}"
-
-
-EVAL_FILE = "eval_trajectories.jsonl.gz"  # what eval.py writes in its eval.out folder (r1/evaluate.py)
 
 
 def _show_path(target: str, iteration) -> tuple:
