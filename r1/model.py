@@ -197,6 +197,10 @@ def _compile(fn):
     import torch._dynamo
 
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+    # FX tracing is process-wide (a global flag, a patched Module.__call__): while one thread compiles (the
+    # update's backward graphs, say), the overlapped rollout thread (r1/overlap.py) can call a compiled op, and
+    # by default dynamo raises there (it did, on an H200, 2026-12-02). Off, the op runs eager for that call.
+    torch._dynamo.config.error_on_nested_fx_trace = False
     return torch.compile(fn)
 
 

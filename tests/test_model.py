@@ -123,6 +123,51 @@ def test_compiled_ops_match_eager():
         assert (p.grad - g).abs().max() < 1e-5
 
 
+def test_compiled_ops_run_while_another_thread_traces():
+    """FX tracing is process-wide (a flag and a patched Module.__call__): while one thread compiles, the
+    overlapped rollout thread (r1/overlap.py) still calls the compiled ops. They must run (eager, for that
+    call) and give the same output, not raise as dynamo does by default (an H200 run died of it, 2026-12-02)."""
+    import threading
+
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from r1.model import compile_ops, default_ops, pack, tiny_config
+
+    torch.manual_seed(0)
+    model = Transformer(tiny_config("llama"))
+    ids, pos, cu, mx = pack([[1, 2, 3, 4, 5], [6, 7, 8]])
+    with torch.no_grad():
+        ref = model(ids, pos, cu, mx)
+    tracing, release, err = threading.Event(), threading.Event(), []
+
+    def held_trace(x):  # a trace that stays open until the main thread is done
+        tracing.set()
+        release.wait(60)
+        return x + 1
+
+    def trace():
+        try:
+            make_fx(held_trace)(torch.ones(2))
+        except BaseException as e:  # noqa: BLE001
+            err.append(e)
+
+    try:
+        compile_ops()
+        other = threading.Thread(target=trace)
+        other.start()
+        assert tracing.wait(60)
+        try:
+            with torch.no_grad():
+                out = model(ids, pos, cu, mx)
+        finally:
+            release.set()
+            other.join()
+    finally:
+        default_ops()
+    assert not err
+    assert (out - ref).abs().max() < 1e-5
+
+
 def test_default_ops_compile_for_cuda_only(monkeypatch):
     """R1_COMPILE unset: the ops are wrappers that compile for CUDA tensors only, so the CPU runs eager ops
     (no compiler, no compile time); R1_COMPILE=0 is eager everywhere; anything else is an error."""
