@@ -7,6 +7,7 @@
 #   bench/h200_iteration.sh MODEL RESULTS_DIR   (MODEL: an SFT hf/ folder or the GGUF; results to
 #                                                 bench/results/iteration_h200.json unless SAVE is set)
 #   env: STEPS (default 12), EXTRA (overrides for every run: CPU dry runs), SAVE ('' = do not save)
+#   (in the background, then calls of `bench/h200_wait.sh RESULTS_DIR . $OUT`; with an SFT first, about 700 s)
 set -u
 M=$1; R=$2; mkdir -p "$R"
 STEPS=${STEPS:-12}; X=${EXTRA:-}; SAVE=${SAVE-bench/results/iteration_h200.json}
