@@ -30,11 +30,12 @@ meets stop being new after a few iterations. CUDA fp16/bf16, with no R1_ATTN /
 R1_CHUNKS override. R1_CHUNK_GRAPHS=0 turns it off (for comparisons).
 """
 import os
+import time
 
 import torch
 
 from kernels import attention
-from r1.model import CacheStep, switch
+from r1.model import CacheStep, eager_fallbacks, switch, tracing
 
 MIN_Q = 16  # the Triton chunk kernel's query block
 PAD_Q = 32  # the length of a pad row in a by_row chunk
@@ -184,10 +185,27 @@ class ChunkGraphs:
         return g
 
 
-def capture(run, pool=None, mode: str = "global"):
+def capture(run, pool=None, mode: str = "global", tries: int = 3):
     """Two warm-up calls of run() on a side stream (compiles, Triton autotuning, lazy allocations), then
     run() captured -> (graph, what the captured call returned). Used for decode steps and chunks alike.
-    The caller's stream is restored even when the capture fails (torch can raise before restoring it)."""
+    The caller's stream is restored even when the capture fails (torch can raise before restoring it).
+
+    Under train.overlap another thread may be FX-tracing (compiling the update's ops): compiled ops then run
+    eager (r1/model._compile), and a graph captured meanwhile would replay eager kernels for the rest of the
+    run. So it waits for such a trace to end first (a minute at most in all), and captures again when an op
+    fell back anyway (`tries` in all; the last capture is kept: eager ops are slower, not wrong)."""
+    deadline = time.time() + 60
+    for _ in range(tries):
+        while tracing() and time.time() < deadline:
+            time.sleep(0.01)
+        before = eager_fallbacks()
+        graph, out = _capture_once(run, pool, mode)
+        if eager_fallbacks() == before:
+            break
+    return graph, out
+
+
+def _capture_once(run, pool, mode: str):
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):

@@ -193,15 +193,38 @@ def compile_ops(on: bool | str = True):
     OPS.rope_qk, OPS.rope_write, OPS.swiglu = wrap(rope_qk), wrap(rope_write), wrap(swiglu)
 
 
+_fallbacks = 0  # compiled-op calls that ran eager because some thread was FX-tracing (see _compile)
+
+
+def eager_fallbacks() -> int:
+    """How many compiled-op calls so far ran eager because another thread was FX-tracing (see _compile)."""
+    return _fallbacks
+
+
+def tracing() -> bool:
+    """Whether some thread of this process is FX-tracing now (torch compiling, say): the flag is global."""
+    return torch.fx._symbolic_trace.is_fx_symbolic_tracing()
+
+
 def _compile(fn):
     import torch._dynamo
 
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
     # FX tracing is process-wide (a global flag, a patched Module.__call__): while one thread compiles (the
     # update's backward graphs, say), the overlapped rollout thread (r1/overlap.py) can call a compiled op, and
-    # by default dynamo raises there (it did, on an H200, 2026-12-02). Off, the op runs eager for that call.
+    # by default dynamo raises there (it did, on an H200, 2026-12-02). Off, the op runs eager for that call
+    # (rounding-level differences), counted: a CUDA graph captured meanwhile would keep the eager kernels, so
+    # chunk_graphs.capture recaptures when the count moved. (Two threads never trace at once: dynamo's
+    # compile_lock; r1 itself never calls make_fx.)
     torch._dynamo.config.error_on_nested_fx_trace = False
-    return torch.compile(fn)
+    compiled = torch.compile(fn)
+
+    def op(*args):
+        global _fallbacks
+        if tracing():
+            _fallbacks += 1
+        return compiled(*args)
+    return op
 
 
 def switch(name: str) -> bool:

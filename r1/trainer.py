@@ -37,6 +37,7 @@ from r1.credit import (compute as compute_credit, credit_inputs, informative_gro
 from r1.generate import Sampling
 from r1.identity import run_identity
 from r1.learner import Learner, build_models
+from r1.model import eager_fallbacks
 from r1.logger import Logger, cpu_cost_line
 from r1.overlap import Background
 from r1.profiler import maybe_profile, phase, wanted
@@ -95,6 +96,7 @@ class Trainer:
         self.pending = None  # train.overlap: the next iteration's rollout, running (r1/overlap.py)
         self.fit_start = self.last_iter_s = None  # fit's clock, for train.time_limit with train.overlap
         self.alloc_retries = 0  # CUDA: the caching allocator's free-and-retry count so far
+        self.fallbacks = eager_fallbacks()  # train.overlap: compiled-op calls that ran eager (r1/model._compile)
 
     # -- step 1: rollout -----------------------------------------------------
     def prompts_for(self, it: int) -> list:
@@ -212,7 +214,11 @@ class Trainer:
         n_roll = sum(len(s.response_ids) for t in played for s in t.steps)
         n_train = sum(mb.num_tokens for mb in plan.micro_batches)
         if self.cfg.train.overlap:  # time_rollout: what the iteration waited; the rollout ran t_play
-            metrics.update(time_rollout_play=t_play, policy_lag=float(lag))
+            # compiled-op calls run eager while the other thread compiled (r1/model._compile): 0 once warm
+            fallbacks = eager_fallbacks()
+            metrics.update(time_rollout_play=t_play, policy_lag=float(lag),
+                           eager_op_fallbacks=float(fallbacks - self.fallbacks))
+            self.fallbacks = fallbacks
             t_roll_tok = t_play
         else:
             t_roll_tok = t_roll

@@ -240,6 +240,45 @@ def test_gpu_graph_decode_matches_eager():
 
 
 @pytest.mark.gpu
+def test_gpu_capture_waits_for_another_threads_trace():
+    """chunk_graphs.capture under train.overlap: while another thread FX-traces (compiles), compiled ops run eager,
+    and a graph captured then would keep eager kernels for good. capture() waits for the trace to end, so no
+    compiled-op call of the captured run fell back, and the replay computes what the op does."""
+    import threading
+
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from r1.chunk_graphs import capture
+    from r1.model import OPS, compile_ops, default_ops, eager_fallbacks, swiglu
+
+    tracing, release = threading.Event(), threading.Event()
+
+    def held_trace(x):
+        tracing.set()
+        release.wait(60)
+        return x + 1
+
+    other = threading.Thread(target=lambda: make_fx(held_trace)(torch.ones(2)))
+    gate, up = torch.randn(64, 128, device="cuda"), torch.randn(64, 128, device="cuda")
+    try:
+        compile_ops()
+        OPS.swiglu(gate, up)  # compiled before the trace opens
+        other.start()
+        assert tracing.wait(60)
+        threading.Timer(0.5, release.set).start()  # the trace ends while capture() waits
+        before = eager_fallbacks()
+        graph, out = capture(lambda: OPS.swiglu(gate, up))
+        assert eager_fallbacks() == before
+        graph.replay()
+        torch.cuda.synchronize()
+    finally:
+        release.set()
+        other.join()
+        default_ops()
+    assert torch.allclose(out, swiglu(gate, up), atol=1e-5)
+
+
+@pytest.mark.gpu
 def test_gpu_compiled_ops_graph_decode_matches_eager():
     """Compiled ops (the default on CUDA) inside the captured decode graph: the greedy tokens of eager ops, and sampled
     logprobs within bf16 rounding of them."""

@@ -131,7 +131,7 @@ def test_compiled_ops_run_while_another_thread_traces():
 
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from r1.model import compile_ops, default_ops, pack, tiny_config
+    from r1.model import OPS, compile_ops, default_ops, eager_fallbacks, pack, tiny_config
 
     torch.manual_seed(0)
     model = Transformer(tiny_config("llama"))
@@ -151,14 +151,26 @@ def test_compiled_ops_run_while_another_thread_traces():
         except BaseException as e:  # noqa: BLE001
             err.append(e)
 
+    calls = {"n": 0}
+
+    def counted(fn):
+        def op(*args):
+            calls["n"] += 1
+            return fn(*args)
+        return op
+
     try:
         compile_ops()
+        for name in ("rms_norm", "add_rms_norm", "rope_qk", "rope_write", "swiglu"):
+            setattr(OPS, name, counted(getattr(OPS, name)))
         other = threading.Thread(target=trace)
         other.start()
         assert tracing.wait(60)
+        before = eager_fallbacks()
         try:
             with torch.no_grad():
                 out = model(ids, pos, cu, mx)
+            ran_eager = eager_fallbacks() - before
         finally:
             release.set()
             other.join()
@@ -166,6 +178,21 @@ def test_compiled_ops_run_while_another_thread_traces():
         default_ops()
     assert not err
     assert (out - ref).abs().max() < 1e-5
+    assert ran_eager == calls["n"] > 0  # every compiled-op call of the forward ran eager, and was counted
+
+
+def test_compiled_op_counts_only_calls_made_while_tracing(monkeypatch):
+    """The compiled-op wrapper counts a call as eager only when some thread is FX-tracing."""
+    import r1.model
+
+    monkeypatch.setattr(torch, "compile", lambda fn: fn)  # no compiler needed for the wrapper's logic
+    op = r1.model._compile(lambda x: x * 2)
+    before = r1.model.eager_fallbacks()
+    assert op(torch.ones(2)).tolist() == [2.0, 2.0]
+    assert r1.model.eager_fallbacks() == before
+    monkeypatch.setattr(r1.model, "tracing", lambda: True)
+    assert op(torch.ones(2)).tolist() == [2.0, 2.0]
+    assert r1.model.eager_fallbacks() == before + 1
 
 
 def test_default_ops_compile_for_cuda_only(monkeypatch):
