@@ -8,7 +8,9 @@
 #                                                 bench/results/iteration_h200.json unless SAVE is set)
 #   env: STEPS (default 12), EXTRA (overrides for every run: CPU dry runs), SAVE ('' = do not save),
 #        PROFILE=N (iteration N of every run under R1_PROFILE: how busy the GPU is in each phase, with and without
-#        overlap; the medians of iterations 2..STEPS barely move for one slower iteration)
+#        overlap; the medians of iterations 2..STEPS barely move for one slower iteration. Under overlap each
+#        phase's busy time includes the rollout thread's kernels, and the report, written while the next
+#        rollout plays, slows iteration N+1 too)
 #   (in the background, then calls of `bench/h200_wait.sh RESULTS_DIR . $OUT`; with an SFT first, about 700 s)
 set -u
 M=$1; R=$2; mkdir -p "$R"
@@ -16,7 +18,7 @@ STEPS=${STEPS:-12}; X=${EXTRA:-}; SAVE=${SAVE-bench/results/iteration_h200.json}
 C="--config configs/gsm8k_tool.yaml log.progress=false log.trajectories=false train.sft_steps=0 eval.every=0"
 C="$C train.checkpoint_every=100000 train.steps=$STEPS"
 . "$(dirname "$0")/phases.sh"  # log, phase
-export R1_PROFILE=${PROFILE:-}
+export R1_PROFILE=${PROFILE:-${R1_PROFILE:-}}
 OV="train.overlap=1 algo.policy_loss=decoupled_ppo algo.tis_cap=2"
 run() {  # name overrides...
   local name=$1; shift

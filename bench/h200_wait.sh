@@ -1,19 +1,32 @@
 #!/usr/bin/env bash
-# One wait-and-collect device call for a background job (bench/h200_recipe.sh, h200_ablate.sh, h200_iteration.sh, ...):
-# wait until the job's progress.txt says "ALL DONE" or a phase "FAIL"s, or LIMIT seconds pass, then print the
-# progress, the tail of the newest log, and pack the results (bench/h200_collect.sh). A failed phase ends the
-# wait at once: a loop that waited on "ALL DONE" alone spent 540 s of device time on a job that had died
-# (docs/LOG.md, 2026-12-02). Exit status: 0 done, 1 a phase failed, 2 still running (call it again within 30 s).
+# One wait-and-collect device call for a background job that sources bench/phases.sh (h200_recipe.sh,
+# h200_ablate.sh, h200_iteration.sh, ...): wait until the job ends or LIMIT seconds pass, then print its
+# progress, the log of a failed phase (else the newest log), and pack the results (bench/h200_collect.sh).
+# The job has ended when progress.txt says "ALL DONE" after its last "begin:" line, or when its process
+# (RESULTS_DIR/job.pid, written by phases.sh) is gone: a loop that waited on "ALL DONE" alone spent 540 s of
+# device time on a job that had died (docs/LOG.md, 2026-12-02). A failed phase alone does not end the wait:
+# most jobs go on to their next phase.
 #   bench/h200_wait.sh RESULTS_DIR REPO_DIR OUT_DIR [LIMIT]     (LIMIT: seconds, default 540)
+# Exit status: 0 done, every phase passed; 3 done, some phase failed; 1 the job died (its process is gone
+# without "ALL DONE"); 2 still running (call it again within 30 s); 4 no RESULTS_DIR (a typo costs no wait).
 R=$1; REPO=$2; O=$3; LIMIT=${4:-540}
+[ -d "$R" ] || { echo "h200_wait.sh: no folder $R (the job's RESULTS_DIR?)"; exit 4; }
 P="$R/progress.txt"
-state() { grep -q "FAIL" "$P" 2>/dev/null && echo fail && return; grep -q "ALL DONE" "$P" 2>/dev/null && echo done && return
-  echo running; }
+this_run() { [ -e "$P" ] && awk '/ begin:/ { n = NR } { line[NR] = $0 } END { for (i = (n ? n : 1); i <= NR; i++) print line[i] }' "$P"; }
+state() {
+  this_run | grep -q " ALL DONE$" && { echo done; return; }
+  local pid; pid=$(cat "$R/job.pid" 2>/dev/null)
+  [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null && { echo died; return; }
+  echo running
+}
 while [ "$(state)" = running ] && [ $SECONDS -lt "$LIMIT" ]; do sleep 2; done
 s=$(state)
 cat "$P" 2>/dev/null || echo "no $P yet"
+failed=$(this_run | grep -E '^[0-9:]{8} FAIL ' | awk '{ print $3 }')
+for f in $failed; do echo "== $R/$f.log (failed phase, last lines)"; tail -5 "$R/$f.log" 2>/dev/null; done
 last=$(ls -t "$R"/*.log 2>/dev/null | head -1)
-[ -n "$last" ] && { echo "== $last (last lines)"; tail -5 "$last"; }
-bash "$(dirname "$0")/h200_collect.sh" "$R" "$REPO" "$O" > /dev/null || echo "h200_collect.sh failed"
+[ -z "$failed" ] && [ -n "$last" ] && { echo "== $last (newest log, last lines)"; tail -5 "$last"; }
+bash "$(dirname "$0")/h200_collect.sh" "$R" "$REPO" "$O" | grep results.tgz || echo "h200_collect.sh: no archive"
+[ "$s" = done ] && [ -n "$failed" ] && s="done, with failed phases: $(echo $failed)"
 echo "wait: $s after ${SECONDS}s"
-case $s in done) exit 0 ;; fail) exit 1 ;; *) exit 2 ;; esac
+case $s in done) exit 0 ;; done*) exit 3 ;; died) exit 1 ;; *) exit 2 ;; esac

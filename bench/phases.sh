@@ -1,5 +1,6 @@
 # Resumable phases for the device jobs (bench/h200_learn.sh, bench/peer_trl.sh), sourced after $R is set:
 # a device machine can go away between calls, so each phase marks $R/<name>.done and a restart skips it.
+echo $$ > "$R/job.pid"  # bench/h200_wait.sh: a job whose process is gone without "ALL DONE" has died
 log() { echo "$(date +%H:%M:%S) $*" | tee -a "$R/progress.txt"; }
 phase() {  # name command...: run once, mark done on success
   local name=$1; shift

@@ -1,5 +1,6 @@
 """The device-call helpers (bench/h200_wait.sh, bench/h200_collect.sh) on a fake results folder: a device call
-costs budget, so a wait that misses a failed phase, or an archive that leaves out the metrics, is found here."""
+costs budget, so a wait that misses a dead job, ends at a failed phase the job goes past, or an archive that
+leaves out the metrics, is found here."""
 import os
 import subprocess
 import tarfile
@@ -10,11 +11,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WAIT = os.path.join(ROOT, "bench", "h200_wait.sh")
 
 
-def fake_job(tmp_path, progress: str):
+def gone_pid() -> int:
+    """The pid of a process that has ended."""
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+def fake_job(tmp_path, progress: str, pid: int):
     res = tmp_path / "res"
     (res / "lane" / "hf").mkdir(parents=True)
     (res / "progress.txt").write_text(progress)
-    (res / "lane.log").write_text("line 1\nlast words\n")
+    (res / "job.pid").write_text(f"{pid}\n")
+    (res / "recipe.log").write_text("line 1\nlast words of recipe\n")
     (res / "lane" / "metrics.jsonl").write_text('{"iter": 1}\n')
     (res / "lane" / "hf" / "model.safetensors").write_bytes(b"x" * 10)  # weights stay behind
     (res / "lane" / "big.bin").write_bytes(b"x" * (4 << 20))  # 4 MiB: over the cut
@@ -28,22 +37,37 @@ def wait(res, out, limit):
                           timeout=120)
 
 
-@pytest.mark.parametrize("progress,rc,state", [
-    ("10:00 start recipe\n10:04 FAIL recipe rc=1 262s: RuntimeError\n", 1, "fail"),
-    ("10:00 start recipe\n10:20 done recipe\n10:21 ALL DONE\n", 0, "done"),
-    ("10:00 start recipe\n", 2, "running"),
+BEGIN = "10:00:00 begin: 2.11.0 NVIDIA H200\n10:00:01 start recipe\n"
+FAIL = "10:04:00 FAIL recipe rc=1 262s: RuntimeError\n"
+DONE = "10:20:00 ALL DONE\n"
+
+
+@pytest.mark.parametrize("progress,alive,rc,state", [
+    (BEGIN + FAIL, False, 1, "died"),  # the job exited after its failed phase
+    (BEGIN + FAIL, True, 2, "running"),  # a failed phase, and the job goes on to its next one
+    (BEGIN + "10:20:00 done recipe\n" + DONE, True, 0, "done"),
+    (BEGIN + FAIL + DONE, False, 3, "done, with failed phases: recipe"),
+    (BEGIN + FAIL + DONE + BEGIN, True, 2, "running"),  # resumed: the first run's lines do not count
+    (BEGIN, True, 2, "running"),
 ])
-def test_wait_ends_on_failure_or_done_and_collects(tmp_path, progress, rc, state):
-    res, out = fake_job(tmp_path, progress)
+def test_wait_ends_when_the_job_ends_and_collects(tmp_path, progress, alive, rc, state):
+    res, out = fake_job(tmp_path, progress, os.getpid() if alive else gone_pid())
     r = wait(res, out, 1 if state == "running" else 100)
     assert r.returncode == rc, r.stdout + r.stderr
     assert f"wait: {state} after" in r.stdout
-    assert "last words" in r.stdout and progress.splitlines()[-1] in r.stdout
+    assert progress.splitlines()[-1] in r.stdout
+    assert "last words of recipe" in r.stdout  # the failed phase's log, or the newest one
+    assert "results.tgz" in r.stdout  # the archive's listing, with its size
     with tarfile.open(out / "results.tgz") as t:
         names = t.getnames()
     assert "res/lane/metrics.jsonl" in names and "res/progress.txt" in names
     assert not any(n.endswith(("model.safetensors", "big.bin")) for n in names)
     assert any(n.startswith("bench/results/") for n in names)
+
+
+def test_wait_on_a_folder_that_is_not_there_costs_no_wait(tmp_path):
+    r = wait(tmp_path / "typo", tmp_path, 540)
+    assert r.returncode == 4 and "no folder" in r.stdout
 
 
 def test_wait_before_the_job_wrote_anything(tmp_path):
@@ -54,3 +78,10 @@ def test_wait_before_the_job_wrote_anything(tmp_path):
     r = wait(res, out, 1)
     assert r.returncode == 2
     assert "no " in r.stdout and "wait: running" in r.stdout
+
+
+def test_phases_record_the_job_pid(tmp_path):
+    """phases.sh writes the sourcing job's pid, which the wait checks."""
+    script = f'R={tmp_path}; . {ROOT}/bench/phases.sh; echo $$'
+    r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+    assert (tmp_path / "job.pid").read_text().strip() == r.stdout.strip()
