@@ -35,6 +35,9 @@ def run_result(run: str) -> dict:
            "rollout_s": med("time_rollout"), "score_s": med("time_score"), "update_s": med("time_train")}
     if "time_rollout_play" in later[0]:
         out["rollout_play_s"] = med("time_rollout_play")
+    for key in ("cpu_rollout_s", "cpu_main_s", "eager_op_fallbacks"):  # overlap: each thread's CPU seconds
+        if all(key in m for m in later):
+            out[key] = med(key) if key != "eager_op_fallbacks" else sum(m[key] for m in lines)
     if "alloc_retries" in later[0]:
         out["alloc_retries"] = sum(m["alloc_retries"] for m in later)
     out["reward_mean_last"] = lines[-1].get("reward_mean")

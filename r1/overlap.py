@@ -36,6 +36,7 @@ class Background:
 
     def __init__(self, fn, device: torch.device):
         self.seconds = 0.0  # the thread's own wall time
+        self.cpu_seconds = 0.0  # and its CPU time: far below the wall time = the thread waited (the GIL, syncs)
         self._out, self._err = None, None
         stream = None
         if device.type == "cuda":
@@ -43,7 +44,7 @@ class Background:
             stream.wait_stream(torch.cuda.current_stream(device))  # the refreshed weights first
 
         def run():
-            t0 = time.time()
+            t0, c0 = time.time(), time.thread_time()
             try:
                 with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
                     self._out = fn()
@@ -52,7 +53,7 @@ class Background:
             except BaseException as e:  # noqa: BLE001 - re-raised on the main thread by result()
                 self._err = e
             finally:
-                self.seconds = time.time() - t0
+                self.seconds, self.cpu_seconds = time.time() - t0, time.thread_time() - c0
 
         self._thread = threading.Thread(target=run, name="r1-rollout", daemon=True)
         self._thread.start()

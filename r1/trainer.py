@@ -97,6 +97,7 @@ class Trainer:
         self.fit_start = self.last_iter_s = None  # fit's clock, for train.time_limit with train.overlap
         self.alloc_retries = 0  # CUDA: the caching allocator's free-and-retry count so far
         self.fallbacks = eager_fallbacks()  # train.overlap: compiled-op calls that ran eager (r1/model._compile)
+        self.play_cpu_s = None  # train.overlap: the CPU seconds of the rollout thread this iteration used
 
     # -- step 1: rollout -----------------------------------------------------
     def prompts_for(self, it: int) -> list:
@@ -130,8 +131,10 @@ class Trainer:
             t0 = time.time()
             played, lag = self.play(it, policy_version=it), 0
             seconds = time.time() - t0
+            self.play_cpu_s = None
         else:
             played, seconds, lag = self.pending.result(), self.pending.seconds, 1
+            self.play_cpu_s = self.pending.cpu_seconds
             self.pending = None
             self.actor.refresh(self.learner.policy)  # between rollouts: none is in flight
         if it + 1 < self.cfg.train.steps and not self.ends_the_run():
@@ -190,7 +193,7 @@ class Trainer:
         t_roll = time.time() - t0
         graphs = self.actor.graph_counts(since=graphs)
         trajs = self.trained_trajectories(played)
-        t1 = time.time()
+        t1, c1 = time.time(), time.thread_time()
         with phase("r1.score"):  # 2. score and 3. credit (time_score covers both)
             plan = packing.plan(trajs, algo.minibatches, self.plan.micro_tokens, self.device)
             # FSDP: every rank runs as many micro-batches per mini-batch as the busiest rank (fillers)
@@ -200,16 +203,16 @@ class Trainer:
             batch = credit_inputs(trajs, plan, scores, rewards, algo, d)
             credit = compute_credit(batch, algo)
             sampler_logp = sampler_logprobs(trajs, batch.tok_step)
-        t_score = time.time() - t1
+        t_score, c_main = time.time() - t1, time.thread_time() - c1
         metrics = self.rollout_metrics(played)
         if algo.drop_uniform_groups:
             kept = distributed.all_sum(torch.tensor([float(len(trajs)), float(len(played))]), d)
             metrics["trained_frac"] = float(kept[0] / kept[1].clamp(min=1))
         metrics.update(score_metrics(batch, credit, sampler_logp, d))
-        t2 = time.time()
+        t2, c2 = time.time(), time.thread_time()
         with phase("r1.update"):  # 4. update
             metrics.update(self.learner.update(plan, fillers, scores, credit, sampler_logp, it))
-        t_train = time.time() - t2
+        t_train, c_main = time.time() - t2, c_main + time.thread_time() - c2  # c_main: score + update
         # 5. log: throughput, memory, the trajectories
         n_roll = sum(len(s.response_ids) for t in played for s in t.steps)
         n_train = sum(mb.num_tokens for mb in plan.micro_batches)
@@ -217,7 +220,9 @@ class Trainer:
             # compiled-op calls run eager while the other thread compiled (r1/model._compile): 0 once warm
             fallbacks = eager_fallbacks()
             metrics.update(time_rollout_play=t_play, policy_lag=float(lag),
-                           eager_op_fallbacks=float(fallbacks - self.fallbacks))
+                           eager_op_fallbacks=float(fallbacks - self.fallbacks), cpu_main_s=c_main)
+            if self.play_cpu_s is not None:  # CPU seconds of each thread: with the wall times, who waited
+                metrics["cpu_rollout_s"] = self.play_cpu_s
             self.fallbacks = fallbacks
             t_roll_tok = t_play
         else:

@@ -37,6 +37,21 @@ def test_medians_skip_the_first_iteration(tmp_path):
     assert (r["iteration_s"], r["rollout_s"], r["score_s"], r["update_s"], r["rollout_play_s"]) == (4, 0.2, 2, 2, 4)
 
 
+def test_thread_cpu_seconds_and_fallbacks_under_overlap(tmp_path):
+    """Overlap runs log each thread's CPU seconds (medians, iterations 2..n) and eager-op fallbacks (a sum);
+    runs without them report neither."""
+    run = str(tmp_path / "ppo-o1")
+    lines = [line(30, 20, 9, 9, 20), line(34, 0.1, 1, 2, 3), line(39, 0.3, 2, 3, 4), line(42, 0.2, 3, 1, 5)]
+    for m, cr, cm, fb in zip(lines, (None, 1.0, 2.0, 3.0), (9, 2.5, 1.5, 0.5), (40, 2, 0, 0)):
+        m.update({"cpu_main_s": cm, "eager_op_fallbacks": fb, **({} if cr is None else {"cpu_rollout_s": cr})})
+    fake_run(run, lines)
+    r = run_result(run)
+    assert (r["cpu_rollout_s"], r["cpu_main_s"], r["eager_op_fallbacks"]) == (2.0, 1.5, 42)
+    plain = str(tmp_path / "grpo-o0")
+    fake_run(plain, [line(30, 20, 9, 9, 20), line(34, 0.1, 1, 2, 3), line(39, 0.3, 2, 3, 4)], overlap=0)
+    assert not {"cpu_rollout_s", "cpu_main_s", "eager_op_fallbacks"} & set(run_result(plain))
+
+
 def test_a_short_run_is_refused(tmp_path):
     run = str(tmp_path / "short")
     fake_run(run, [line(1, 1, 1, 1, 1), line(2, 1, 1, 1, 1)])

@@ -58,6 +58,12 @@ def test_overlap_rollouts_are_the_synchronous_ones_one_update_back(tmp_path, mon
     trainer.fit()
     assert sorted(played) == [0, 1, 2] and trainer.pending is None
     assert [m["policy_lag"] for m in lines] == [0.0, 1.0, 1.0]
+    assert [m["eager_op_fallbacks"] for m in lines] == [0.0] * 3  # no thread compiles here
+    # each thread's CPU seconds: the rollout thread's only where it ran in the background; a thread's CPU
+    # time cannot pass its wall time (the slack: the two clocks' resolutions)
+    assert ["cpu_rollout_s" in m for m in lines] == [False, True, True]
+    assert all(0 < m["cpu_rollout_s"] <= m["time_rollout_play"] + 0.05 for m in lines[1:])
+    assert all(0 < m["cpu_main_s"] <= m["time_score"] + m["time_train"] + 0.05 for m in lines)
 
     # the synchronous loop, fed the weights each overlapped rollout sampled with
     sync = Trainer(load_config(SMOKE, [f"run.dir={tmp_path / 'sync'}", *BASE, f"run.device={device}"]))
