@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Issue 31 on one H200: iteration time of PPO (step GAE) and GRPO on the GSM8K-tool recipe, train.overlap 0
-# against 1 (the next rollout beside this iteration's score and update; decoupled PPO, tis_cap 2), then the
+# against 1 (the next rollout beside this iteration's score and update; decoupled PPO, tis_cap 2), PPO overlapped
+# again with the interpreter's thread switch interval at 0.2 ms (R1_SWITCH_US: is the interpreter lock what slows
+# the two threads side by side?), then the
 # micro_tokens lead of docs/LOG.md: PPO at train.micro_tokens=4096 with run.memory_fraction=0.15 (the lanes')
 # and with the whole GPU, to tell small micro-batches from the memory cap (alloc_retries counts the
 # allocator's free-and-retry). Runs one after another, the GPU to itself; phases are resumable.
@@ -29,9 +31,10 @@ run ppo-o0
 run ppo-o1 $OV
 run grpo-o0 algo.advantage=grpo
 run grpo-o1 algo.advantage=grpo $OV
+R1_SWITCH_US=200 run ppo-o1-sw200 $OV  # the interpreter's switch interval 5 ms -> 0.2 ms (r1/overlap.py)
 run ppo-mt4096-frac015 train.micro_tokens=4096 run.memory_fraction=0.15
 run ppo-mt4096 train.micro_tokens=4096
-runs=""; for n in ppo-o0 ppo-o1 grpo-o0 grpo-o1 ppo-mt4096-frac015 ppo-mt4096; do
+runs=""; for n in ppo-o0 ppo-o1 grpo-o0 grpo-o1 ppo-o1-sw200 ppo-mt4096-frac015 ppo-mt4096; do
   [ -e "$R/$n.done" ] && runs="$runs $R/$n"; done
 python3 bench/iteration_result.py --runs $runs ${SAVE:+--save "$SAVE"} | tee "$R/iteration.jsonl"
 log "ALL DONE"

@@ -646,7 +646,8 @@ def load_config(path: str | list | None = None, overrides: list[str] = ()) -> Co
     return cfg
 
 
-# The environment switches of the GPU paths (README): unset, 0 or 1; R1_PROFILE: an iteration number.
+# The environment switches of the GPU paths (README): unset, 0 or 1; R1_PROFILE: an iteration number;
+# R1_SWITCH_US: microseconds (r1/overlap.py).
 SWITCHES = ("R1_COMPILE", "R1_FUSE", "R1_CHUNK_GRAPHS", "R1_OVERLAP", "R1_MIX")
 
 
@@ -660,6 +661,10 @@ def check_environment():
     v = os.environ.get("R1_PROFILE", "")
     if v and not (v.isdigit() and int(v) >= 1):
         raise ConfigError(f"environment variable R1_PROFILE={v!r}: give the iteration to profile, 1 or more")
+    v = os.environ.get("R1_SWITCH_US", "")
+    if v and not (v.isdigit() and int(v) >= 1):
+        raise ConfigError(f"environment variable R1_SWITCH_US={v!r}: give the interpreter's thread switch "
+                          f"interval in microseconds, 1 or more (Python's default is 5000)")
 
 
 def validate(cfg: Config, origin: dict | None = None):

@@ -25,16 +25,29 @@ thread_local mode. Resume is refused: a checkpoint after iteration k holds
 W_k+1, not the W_k the next rollout samples with.
 """
 import contextlib
+import os
+import sys
 import threading
 import time
 
 import torch
 
 
+def set_switch_interval():
+    """R1_SWITCH_US=N: the interpreter's thread switch interval, N microseconds (Python's default 5,000). Each
+    torch op lets go of the interpreter lock; getting it back while the other thread runs plain Python (the
+    agent loop's host work) can take up to the interval, at every op. An experiment knob (docs/LOG.md);
+    config.check_environment has checked the value."""
+    v = os.environ.get("R1_SWITCH_US", "")
+    if v:
+        sys.setswitchinterval(int(v) / 1e6)
+
+
 class Background:
     """fn() running in a thread; `result()` waits and returns it, or raises what it raised."""
 
     def __init__(self, fn, device: torch.device):
+        set_switch_interval()
         self.seconds = 0.0  # the thread's own wall time
         self.cpu_seconds = 0.0  # and its CPU time: far below the wall time = the thread waited (the GIL, syncs)
         self._out, self._err = None, None

@@ -244,7 +244,8 @@ def test_malformed_override(text):
 
 
 @pytest.mark.parametrize("name,value", [("R1_COMPILE", "yes"), ("R1_FUSE", "false"), ("R1_CHUNK_GRAPHS", "off"),
-                                        ("R1_OVERLAP", "no"), ("R1_PROFILE", "last"), ("R1_PROFILE", "0")])
+                                        ("R1_OVERLAP", "no"), ("R1_PROFILE", "last"), ("R1_PROFILE", "0"),
+                                        ("R1_SWITCH_US", "0.5ms"), ("R1_SWITCH_US", "0")])
 def test_mistyped_environment_switch_is_a_config_error(monkeypatch, name, value):
     monkeypatch.setenv(name, value)
     with pytest.raises(ConfigError, match=f"{name}='{value}'"):

@@ -204,3 +204,22 @@ def test_an_error_cancels_the_pending_rollout(tmp_path, monkeypatch):
         trainer.fit()
     assert len(started) == 1 and isinstance(started[0]._err, Cancelled)
     assert trainer.pending is None and not trainer.actor.loop.stop.is_set()
+
+
+def test_switch_interval_from_the_environment(monkeypatch):
+    """R1_SWITCH_US sets the interpreter's thread switch interval when a background rollout starts; unset
+    leaves it alone."""
+    import sys
+
+    from r1.overlap import Background
+
+    before = sys.getswitchinterval()
+    try:
+        monkeypatch.delenv("R1_SWITCH_US", raising=False)
+        Background(lambda: 1, torch.device("cpu")).result()
+        assert sys.getswitchinterval() == before
+        monkeypatch.setenv("R1_SWITCH_US", "200")
+        assert Background(lambda: 2, torch.device("cpu")).result() == 2
+        assert sys.getswitchinterval() == pytest.approx(200e-6)
+    finally:
+        sys.setswitchinterval(before)
