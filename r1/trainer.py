@@ -37,8 +37,8 @@ from r1.credit import (compute as compute_credit, credit_inputs, informative_gro
 from r1.generate import Sampling
 from r1.identity import run_identity
 from r1.learner import Learner, build_models
-from r1.model import eager_fallbacks
 from r1.logger import Logger, cpu_cost_line
+from r1.model import eager_fallbacks
 from r1.overlap import Background
 from r1.profiler import maybe_profile, phase, wanted
 from r1.rollout_stats import summarize, traj_stats
