@@ -1,0 +1,125 @@
+"""GSM8K accuracy by how many calculations the reference solution makes: where a policy wins and loses.
+
+Why: one accuracy number does not say what limits a small model. GSM8K's reference solutions mark each
+calculation (`<<48/2=24>>`); their count is a plain, task-given measure of a problem's length. This script
+groups eval.py's greedy episodes by it: accuracy, the policy's mean calculator calls, how many wrong answers
+made fewer calls than the reference has calculations, and with a baseline evaluation (the SFT policy, say)
+the paired gained / lost per group (r1/compare.py). It describes an evaluation; it picks nothing, so reading
+a final recipe's test episodes with it does not tune on the test set.
+
+    python bench/gsm8k_steps.py --config configs/gsm8k_tool_30min.yaml --split test EVAL [--base BASE_EVAL]
+
+EVAL, BASE_EVAL: eval.py's eval.out folders or their episode files (r1/trajectory.py EVAL_FILE). --split
+names the split the evaluation read (test, or val with the config's data.val_size), so problem ids find their
+reference solutions. Prints a markdown table, then the rows as JSON lines.
+"""
+import argparse
+import json
+import os
+import re
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from r1.compare import mcnemar  # noqa: E402
+from r1.config import load_config, run_main  # noqa: E402
+from r1.rollout_stats import traj_stats  # noqa: E402
+from r1.tasks.data import load_rows  # noqa: E402
+from r1.trajectory import EVAL_FILE, load  # noqa: E402
+
+CALC = re.compile(r"<<[^>]*>>")
+TOP = 7  # problems of TOP or more calculations share the last group
+
+
+def calculations(rows: list) -> dict:
+    """problem id -> the number of calculator annotations in its reference solution."""
+    return {r["id"]: len(CALC.findall(r["solution"])) for r in rows}
+
+
+def episodes(path: str) -> dict:
+    """problem id -> (correct, calculator calls) of an evaluation's greedy episodes."""
+    if os.path.isdir(path):
+        path = os.path.join(path, EVAL_FILE)
+    out = {}
+    for t in load(path):
+        out[t.sample_id] = (traj_stats(t)["correct"], t.num_tool_calls)
+    return out
+
+
+def table(calc: dict, ev: dict, base: dict | None = None) -> list:
+    """One row per calculation count (TOP and more together): problems, accuracy, calls, under-calling, and
+    against `base` its accuracy and the paired counts."""
+    missing = sorted(set(ev) - set(calc))
+    if missing:
+        raise SystemExit(f"error: {len(missing)} evaluated problems are not in this split (first: {missing[0]!r}): "
+                         f"is --split the one the evaluation read?")
+    groups = {}
+    for k in ev:
+        groups.setdefault(min(calc[k], TOP), []).append(k)
+    rows = []
+    for g in sorted(groups):
+        ks = groups[g]
+        wrong = [k for k in ks if not ev[k][0]]
+        row = {"calculations": f"{g}+" if g == TOP else str(g), "problems": len(ks),
+               "accuracy": sum(ev[k][0] for k in ks) / len(ks), "mean_calls": sum(ev[k][1] for k in ks) / len(ks),
+               "wrong_with_fewer_calls": sum(1 for k in wrong if ev[k][1] < calc[k]) / max(len(wrong), 1)}
+        if base is not None:
+            shared = [k for k in ks if k in base]
+            if shared:
+                m = mcnemar({k: base[k][0] for k in shared}, {k: ev[k][0] for k in shared})
+                row.update(base_accuracy=m["acc_a"], base_mean_calls=sum(base[k][1] for k in shared) / len(shared),
+                           gained=m["gained"], lost=m["lost"], p=m["p"])
+        rows.append(row)
+    return rows
+
+
+def markdown(rows: list) -> str:
+    has_base = any("base_accuracy" in r for r in rows)
+    head = ["reference calculations", "problems"] + (["baseline accuracy"] if has_base else []) + ["accuracy"] + \
+        (["baseline mean calls"] if has_base else []) + \
+        ["mean calls", "wrong answers with fewer calls than calculations"] + (["gained / lost (p)"] if has_base else [])
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for r in rows:
+        cells = [r["calculations"], str(r["problems"])]
+        if has_base:
+            cells.append(f"{100 * r['base_accuracy']:.1f}%" if "base_accuracy" in r else "")
+        cells.append(f"{100 * r['accuracy']:.1f}%")
+        if has_base:
+            cells.append(f"{r['base_mean_calls']:.2f}" if "base_mean_calls" in r else "")
+        cells += [f"{r['mean_calls']:.2f}", f"{100 * r['wrong_with_fewer_calls']:.0f}%"]
+        if has_base:
+            cells.append(f"{r['gained']} / {r['lost']} (p = {r['p']:.2g})" if "gained" in r else "")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("eval", help="eval.py's eval.out folder, or its episode file")
+    p.add_argument("--base", help="a baseline evaluation of the same problems (e.g. the SFT policy's)")
+    p.add_argument("--config", required=True, help="the config the evaluation ran with (its data.* keys)")
+    p.add_argument("--split", required=True, choices=("test", "val", "train"), help="the split it read")
+    a = p.parse_args(argv)
+    cfg = load_config(a.config)
+    if not cfg.data.task.startswith("gsm8k"):
+        raise SystemExit(f"error: {a.config}: data.task is {cfg.data.task!r}; this script reads GSM8K's reference "
+                         f"solutions")
+    calc = calculations(load_rows(cfg, a.split))
+    evals = []
+    for path in (a.eval, a.base):
+        if path is None:
+            evals.append(None)
+            continue
+        try:
+            evals.append(episodes(path))
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"error: {path}: {e}") from None
+    rows = table(calc, *evals)
+    print(markdown(rows))
+    for r in rows:
+        print(json.dumps(r))
+    return rows
+
+
+if __name__ == "__main__":
+    run_main(main)
