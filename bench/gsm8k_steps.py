@@ -22,7 +22,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from r1.compare import mcnemar  # noqa: E402
-from r1.config import load_config, run_main  # noqa: E402
+from r1.config import USER_ERRORS, load_config, run_main  # noqa: E402
 from r1.rollout_stats import traj_stats  # noqa: E402
 from r1.tasks.data import load_rows  # noqa: E402
 from r1.trajectory import EVAL_FILE, load  # noqa: E402
@@ -100,11 +100,15 @@ def main(argv=None):
     p.add_argument("--config", required=True, help="the config the evaluation ran with (its data.* keys)")
     p.add_argument("--split", required=True, choices=("test", "val", "train"), help="the split it read")
     a = p.parse_args(argv)
-    cfg = load_config(a.config)
-    if not cfg.data.task.startswith("gsm8k"):
-        raise SystemExit(f"error: {a.config}: data.task is {cfg.data.task!r}; this script reads GSM8K's reference "
-                         f"solutions")
-    calc = calculations(load_rows(cfg, a.split))
+    try:
+        cfg = load_config(a.config)
+        if not cfg.data.task.startswith("gsm8k"):
+            raise SystemExit(f"error: {a.config}: data.task is {cfg.data.task!r}; this script reads GSM8K's "
+                             f"reference solutions")
+        rows = load_rows(cfg, a.split)
+    except USER_ERRORS as e:  # a wrong config path, a split the config has not (val without data.val_size)
+        raise SystemExit(f"error: {e}") from None
+    calc = calculations(rows)
     evals = []
     for path in (a.eval, a.base):
         if path is None:
