@@ -6,7 +6,7 @@
 # 2026-12-02 on one H200, five RL lanes in a wave ran at 0.18 of their speed alone each (33.5 s an iteration
 # against 5.97 s for the recipe's own run, which also had the whole GPU's memory plan), 0.89 of one run's
 # throughput all together, and a lane's share then depends on what its wave-mates run (the critic-free lanes
-# got more iterations): not the same GPU time. One at a time, 15 lanes do not fit one 30-minute device session:
+# got more iterations): not the same GPU time. One at a time, all the lanes (17) do not fit one device session:
 # run them in sets (ONLY="..."), the recipe's lane in every set, and compare within a set. Every run
 # is then evaluated on the whole validation split (data.val_size problems carved from train, never trained on:
 # 500 in the recipe) and compared pair by pair with the recipe's lane (python -m r1.compare: gained / lost /
