@@ -5,7 +5,7 @@
 #   setsid nohup bash bench/h200_recipe.sh MODEL.gguf RESULTS_DIR [CONFIG] &    (EXTRA / EVAL_EXTRA: overrides
 #   appended to the train.py / eval.py commands, for a CPU dry run only, with SAVE='': the result is printed, and
 #   bench/results/learning_h200.json, where it is saved by default, stays as it is)    (over 10 minutes: follow it with
-#   calls of `bench/h200_wait.sh RESULTS_DIR . $OUT`, which end at once if a phase fails, and pack the results)
+#   calls of `bench/h200_wait.sh RESULTS_DIR . $OUT`, which end when the job ends, and pack the results)
 set -u
 M=$1; R=$2; CFG=${3:-configs/gsm8k_tool_30min.yaml}; mkdir -p "$R"
 . "$(dirname "$0")/phases.sh"  # log, phase

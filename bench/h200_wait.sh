@@ -2,22 +2,23 @@
 # One wait-and-collect device call for a background job that sources bench/phases.sh (h200_recipe.sh,
 # h200_ablate.sh, h200_iteration.sh, ...): wait until the job ends or LIMIT seconds pass, then print its
 # progress, the log of a failed phase (else the newest log), and pack the results (bench/h200_collect.sh).
-# The job has ended when progress.txt says "ALL DONE" after its last "begin:" line, or when its process
-# (RESULTS_DIR/job.pid, written by phases.sh) is gone: a loop that waited on "ALL DONE" alone spent 540 s of
-# device time on a job that had died (docs/LOG.md, 2026-12-02). A failed phase alone does not end the wait:
-# most jobs go on to their next phase.
+# The job runs while its process (RESULTS_DIR/job.pid, written by phases.sh with a "begin:" line) lives; once
+# it is gone, the job is done if this run's part of progress.txt (from its last "begin:") says "all done" (any
+# case), else it died. A loop that waited on "ALL DONE" alone spent 540 s of device time on a job that had died
+# (docs/LOG.md, 2026-12-02). A failed phase alone does not end the wait: most jobs go on to their next phase.
 #   bench/h200_wait.sh RESULTS_DIR REPO_DIR OUT_DIR [LIMIT]     (LIMIT: seconds, default 540)
 # Exit status: 0 done, every phase passed; 3 done, some phase failed; 1 the job died (its process is gone
-# without "ALL DONE"); 2 still running (call it again within 30 s); 4 no RESULTS_DIR (a typo costs no wait).
+# without "all done"); 2 still running, or not started (call it again within 30 s); 4 no RESULTS_DIR.
 R=$1; REPO=$2; O=$3; LIMIT=${4:-540}
 [ -d "$R" ] || { echo "h200_wait.sh: no folder $R (the job's RESULTS_DIR?)"; exit 4; }
 P="$R/progress.txt"
 this_run() { [ -e "$P" ] && awk '/ begin:/ { n = NR } { line[NR] = $0 } END { for (i = (n ? n : 1); i <= NR; i++) print line[i] }' "$P"; }
 state() {
-  this_run | grep -q " ALL DONE$" && { echo done; return; }
   local pid; pid=$(cat "$R/job.pid" 2>/dev/null)
-  [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null && { echo died; return; }
-  echo running
+  [ -z "$pid" ] && { echo running; return; }  # not started yet
+  kill -0 "$pid" 2>/dev/null && { echo running; return; }
+  this_run | grep -qi " all done$" && { echo done; return; }
+  echo died
 }
 while [ "$(state)" = running ] && [ $SECONDS -lt "$LIMIT" ]; do sleep 2; done
 s=$(state)

@@ -6,8 +6,10 @@ runs' own metrics.jsonl; nothing here times anything.
 One object per run: name "iteration", algo (algo.advantage of its config.yaml), overlap, micro_tokens and
 memory_fraction as asked, and medians over iterations 2..n (the first compiles and captures):
 iteration_s (the step of time_elapsed), rollout_s (what the iteration waited for its rollout), score_s,
-update_s, and with overlap rollout_play_s (the rollout's own time); alloc_retries (CUDA). It refuses a
-run with fewer than 3 iterations.
+update_s, and with overlap rollout_play_s (the rollout's own time) and each thread's CPU seconds,
+cpu_rollout_s and cpu_main_s (medians over the iterations that logged them); alloc_retries (CUDA, summed
+over 2..n) and eager_op_fallbacks (summed over all iterations: the first is where compiles happen). It
+refuses a run with fewer than 3 iterations.
 """
 import argparse
 import datetime
@@ -35,9 +37,12 @@ def run_result(run: str) -> dict:
            "rollout_s": med("time_rollout"), "score_s": med("time_score"), "update_s": med("time_train")}
     if "time_rollout_play" in later[0]:
         out["rollout_play_s"] = med("time_rollout_play")
-    for key in ("cpu_rollout_s", "cpu_main_s", "eager_op_fallbacks"):  # overlap: each thread's CPU seconds
-        if all(key in m for m in later):
-            out[key] = med(key) if key != "eager_op_fallbacks" else sum(m[key] for m in lines)
+    for key in ("cpu_rollout_s", "cpu_main_s"):  # overlap: each thread's CPU seconds (an iteration that played
+        have = [m[key] for m in later if key in m]  # its own rollout, on-policy, has no cpu_rollout_s)
+        if have:
+            out[key] = round(statistics.median(have), 3)
+    if any("eager_op_fallbacks" in m for m in lines):
+        out["eager_op_fallbacks"] = sum(m.get("eager_op_fallbacks", 0) for m in lines)
     if "alloc_retries" in later[0]:
         out["alloc_retries"] = sum(m["alloc_retries"] for m in later)
     out["reward_mean_last"] = lines[-1].get("reward_mean")

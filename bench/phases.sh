@@ -1,7 +1,9 @@
 # Resumable phases for the device jobs (bench/h200_learn.sh, bench/peer_trl.sh), sourced after $R is set:
 # a device machine can go away between calls, so each phase marks $R/<name>.done and a restart skips it.
-echo $$ > "$R/job.pid"  # bench/h200_wait.sh: a job whose process is gone without "ALL DONE" has died
 log() { echo "$(date +%H:%M:%S) $*" | tee -a "$R/progress.txt"; }
+# bench/h200_wait.sh: the job's pid, and a "begin:" line that starts this run's part of progress.txt (a job whose
+# process is gone without "ALL DONE" after it has died)
+echo $$ > "$R/job.pid"; log "begin: job pid $$"
 phase() {  # name command...: run once, mark done on success
   local name=$1; shift
   [ -e "$R/$name.done" ] && { log "skip $name (done)"; return 0; }

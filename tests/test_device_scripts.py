@@ -45,10 +45,12 @@ DONE = "10:20:00 ALL DONE\n"
 @pytest.mark.parametrize("progress,alive,rc,state", [
     (BEGIN + FAIL, False, 1, "died"),  # the job exited after its failed phase
     (BEGIN + FAIL, True, 2, "running"),  # a failed phase, and the job goes on to its next one
-    (BEGIN + "10:20:00 done recipe\n" + DONE, True, 0, "done"),
+    (BEGIN + "10:20:00 done recipe\n" + DONE, False, 0, "done"),
+    (BEGIN + "10:20:00 all done\n", False, 0, "done"),  # the older jobs' spelling
     (BEGIN + FAIL + DONE, False, 3, "done, with failed phases: recipe"),
-    (BEGIN + FAIL + DONE + BEGIN, True, 2, "running"),  # resumed: the first run's lines do not count
-    (BEGIN, True, 2, "running"),
+    (BEGIN + FAIL + DONE + BEGIN, True, 2, "running"),  # restarted in the same folder: still running
+    (BEGIN + DONE + BEGIN, False, 1, "died"),  # restarted, then gone without a word: the old ALL DONE is not its
+    (BEGIN + DONE, True, 2, "running"),  # said ALL DONE, not yet exited
 ])
 def test_wait_ends_when_the_job_ends_and_collects(tmp_path, progress, alive, rc, state):
     res, out = fake_job(tmp_path, progress, os.getpid() if alive else gone_pid())
@@ -80,8 +82,11 @@ def test_wait_before_the_job_wrote_anything(tmp_path):
     assert "no " in r.stdout and "wait: running" in r.stdout
 
 
-def test_phases_record_the_job_pid(tmp_path):
-    """phases.sh writes the sourcing job's pid, which the wait checks."""
-    script = f'R={tmp_path}; . {ROOT}/bench/phases.sh; echo $$'
+def test_phases_record_the_job_pid_and_a_begin_line(tmp_path):
+    """phases.sh writes the sourcing job's pid, which the wait checks, and starts the run's part of progress.txt."""
+    (tmp_path / "progress.txt").write_text(BEGIN + DONE)  # an earlier run's
+    script = f'R={tmp_path}; . {ROOT}/bench/phases.sh; echo $$ >&2'
     r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
-    assert (tmp_path / "job.pid").read_text().strip() == r.stdout.strip()
+    pid = r.stderr.strip()
+    assert (tmp_path / "job.pid").read_text().strip() == pid
+    assert (tmp_path / "progress.txt").read_text().splitlines()[-1].endswith(f"begin: job pid {pid}")

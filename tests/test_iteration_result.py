@@ -47,6 +47,9 @@ def test_thread_cpu_seconds_and_fallbacks_under_overlap(tmp_path):
     fake_run(run, lines)
     r = run_result(run)
     assert (r["cpu_rollout_s"], r["cpu_main_s"], r["eager_op_fallbacks"]) == (2.0, 1.5, 42)
+    del lines[3]["cpu_rollout_s"]  # an iteration that played its own rollout: the median of the others
+    fake_run(str(tmp_path / "ppo-o1b"), lines)
+    assert run_result(str(tmp_path / "ppo-o1b"))["cpu_rollout_s"] == 1.5
     plain = str(tmp_path / "grpo-o0")
     fake_run(plain, [line(30, 20, 9, 9, 20), line(34, 0.1, 1, 2, 3), line(39, 0.3, 2, 3, 4)], overlap=0)
     assert not {"cpu_rollout_s", "cpu_main_s", "eager_op_fallbacks"} & set(run_result(plain))

@@ -7,7 +7,7 @@ made fewer calls than the reference has calculations, and with a baseline evalua
 the paired gained / lost per group (r1/compare.py). It describes an evaluation; it picks nothing, so reading
 a final recipe's test episodes with it does not tune on the test set.
 
-    python bench/gsm8k_steps.py --config configs/gsm8k_tool_30min.yaml --split test EVAL [--base BASE_EVAL]
+    python bench/gsm8k_calculations.py --config configs/gsm8k_tool_30min.yaml --split test EVAL [--base BASE_EVAL]
 
 EVAL, BASE_EVAL: eval.py's eval.out folders or their episode files (r1/trajectory.py EVAL_FILE). --split
 names the split the evaluation read (test, or val with the config's data.val_size), so problem ids find their
@@ -48,11 +48,16 @@ def episodes(path: str) -> dict:
 
 def table(calc: dict, ev: dict, base: dict | None = None) -> list:
     """One row per calculation count (TOP and more together): problems, accuracy, calls, under-calling, and
-    against `base` its accuracy and the paired counts."""
-    missing = sorted(set(ev) - set(calc))
-    if missing:
-        raise SystemExit(f"error: {len(missing)} evaluated problems are not in this split (first: {missing[0]!r}): "
-                         f"is --split the one the evaluation read?")
+    against `base` (the same problems) its accuracy, calls and the paired counts."""
+    for e in (ev, base or {}):
+        missing = sorted(set(e) - set(calc))
+        if missing:
+            raise SystemExit(f"error: {len(missing)} evaluated problems are not in this split (first: "
+                             f"{missing[0]!r}): is --split the one the evaluation read?")
+    if base is not None and set(base) != set(ev):
+        raise SystemExit(f"error: the two evaluations are of different problems ({len(set(ev) - set(base))} only in "
+                         f"the evaluation, {len(set(base) - set(ev))} only in the baseline): pair evaluations of "
+                         f"the same split and eval.limit")
     groups = {}
     for k in ev:
         groups.setdefault(min(calc[k], TOP), []).append(k)
@@ -62,18 +67,17 @@ def table(calc: dict, ev: dict, base: dict | None = None) -> list:
         wrong = [k for k in ks if not ev[k][0]]
         row = {"calculations": f"{g}+" if g == TOP else str(g), "problems": len(ks),
                "accuracy": sum(ev[k][0] for k in ks) / len(ks), "mean_calls": sum(ev[k][1] for k in ks) / len(ks),
-               "wrong_with_fewer_calls": sum(1 for k in wrong if ev[k][1] < calc[k]) / max(len(wrong), 1)}
+               "wrong_with_fewer_calls": (sum(1 for k in wrong if ev[k][1] < calc[k]) / len(wrong)) if wrong else None}
         if base is not None:
-            shared = [k for k in ks if k in base]
-            if shared:
-                m = mcnemar({k: base[k][0] for k in shared}, {k: ev[k][0] for k in shared})
-                row.update(base_accuracy=m["acc_a"], base_mean_calls=sum(base[k][1] for k in shared) / len(shared),
-                           gained=m["gained"], lost=m["lost"], p=m["p"])
+            m = mcnemar({k: base[k][0] for k in ks}, {k: ev[k][0] for k in ks})
+            row.update(base_accuracy=m["acc_a"], base_mean_calls=sum(base[k][1] for k in ks) / len(ks),
+                       gained=m["gained"], lost=m["lost"], p=m["p"])
         rows.append(row)
     return rows
 
 
 def markdown(rows: list) -> str:
+    """The rows as a markdown table, baseline columns beside the evaluation's when there is a baseline."""
     has_base = any("base_accuracy" in r for r in rows)
     head = ["reference calculations", "problems"] + (["baseline accuracy"] if has_base else []) + ["accuracy"] + \
         (["baseline mean calls"] if has_base else []) + \
@@ -82,13 +86,14 @@ def markdown(rows: list) -> str:
     for r in rows:
         cells = [r["calculations"], str(r["problems"])]
         if has_base:
-            cells.append(f"{100 * r['base_accuracy']:.1f}%" if "base_accuracy" in r else "")
+            cells.append(f"{100 * r['base_accuracy']:.1f}%")
         cells.append(f"{100 * r['accuracy']:.1f}%")
         if has_base:
-            cells.append(f"{r['base_mean_calls']:.2f}" if "base_mean_calls" in r else "")
-        cells += [f"{r['mean_calls']:.2f}", f"{100 * r['wrong_with_fewer_calls']:.0f}%"]
+            cells.append(f"{r['base_mean_calls']:.2f}")
+        under = r["wrong_with_fewer_calls"]
+        cells += [f"{r['mean_calls']:.2f}", "" if under is None else f"{100 * under:.0f}%"]
         if has_base:
-            cells.append(f"{r['gained']} / {r['lost']} (p = {r['p']:.2g})" if "gained" in r else "")
+            cells.append(f"{r['gained']} / {r['lost']} (p = {r['p']:.2g})")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -116,8 +121,8 @@ def main(argv=None):
             continue
         try:
             evals.append(episodes(path))
-        except (OSError, ValueError) as e:
-            raise SystemExit(f"error: {path}: {e}") from None
+        except (OSError, ValueError) as e:  # a wrong path, a damaged file: one line that names it
+            raise SystemExit(f"error: {e}" if path in str(e) else f"error: {path}: {e}") from None
     rows = table(calc, *evals)
     print(markdown(rows))
     for r in rows:

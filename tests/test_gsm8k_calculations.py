@@ -1,4 +1,4 @@
-"""bench/gsm8k_steps.py: episodes grouped by their problem's reference calculations, with the paired counts
+"""bench/gsm8k_calculations.py: episodes grouped by their problem's reference calculations, with the paired counts
 against a baseline, and a clear error when the episodes are not of the split named."""
 import os
 import subprocess
@@ -12,7 +12,7 @@ from r1.trajectory import Step, Trajectory, save
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
-from gsm8k_steps import calculations, main  # noqa: E402
+from gsm8k_calculations import calculations, main  # noqa: E402
 
 CONFIG = os.path.join(ROOT, "configs", "gsm8k_tool.yaml")
 
@@ -50,8 +50,26 @@ def test_groups_and_paired_counts(tmp_path, test_calcs, capsys):
     assert "| 2 | 3 | 66.7% | 66.7% |" in capsys.readouterr().out
 
 
+def test_a_group_without_wrong_answers_has_no_under_calling_share(tmp_path, test_calcs, capsys):
+    one = [k for k, n in test_calcs.items() if n == 1][:1]
+    save([episode(one[0], True, 1)], str(tmp_path / "e.jsonl.gz"))
+    rows = main([str(tmp_path / "e.jsonl.gz"), "--config", CONFIG, "--split", "test"])
+    assert rows[0]["wrong_with_fewer_calls"] is None
+    assert "| 1 | 1 | 100.0% | 1.00 |  |" in capsys.readouterr().out
+
+
+def test_a_baseline_of_other_problems_is_refused(tmp_path, test_calcs):
+    two = [k for k, n in test_calcs.items() if n == 2][:2]
+    save([episode(two[0], True, 2), episode(two[1], True, 2)], str(tmp_path / "final.jsonl.gz"))
+    save([episode(two[0], True, 2)], str(tmp_path / "base.jsonl.gz"))
+    with pytest.raises(SystemExit, match="different problems .1 only in the evaluation, 0 only in the baseline"):
+        main([str(tmp_path / "final.jsonl.gz"), "--base", str(tmp_path / "base.jsonl.gz"), "--config", CONFIG,
+              "--split", "test"])
+
+
 def test_episodes_of_another_split_are_refused(tmp_path):
     save([episode("gsm8k-nope-1", True, 1)], str(tmp_path / "e.jsonl.gz"))
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "gsm8k_steps.py"), str(tmp_path / "e.jsonl.gz"),
-                          "--config", CONFIG, "--split", "test"], capture_output=True, text=True, cwd=ROOT)
+    script = os.path.join(ROOT, "bench", "gsm8k_calculations.py")
+    out = subprocess.run([sys.executable, script, str(tmp_path / "e.jsonl.gz"), "--config", CONFIG, "--split", "test"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode != 0 and "not in this split" in out.stderr + out.stdout
