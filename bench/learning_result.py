@@ -26,13 +26,30 @@ def read_eval(path: str) -> dict:
     return res
 
 
+def run_facts(run: str, model: str) -> tuple:
+    """(model, task) as the run's saved config has them: a CPU dry run of the recipe's script on the random
+    tiny model must not be labelled as the real model. The SFT phase's config (sft/config.yaml) names the
+    model the command started from (the RL config names the SFT export). Without either, (model, "gsm8k_tool")."""
+    path = next((p for p in (os.path.join(run, "sft", "config.yaml"), os.path.join(run, "config.yaml"))
+                 if os.path.isfile(p)), None)
+    if path is None:
+        return model, "gsm8k_tool"
+    import yaml
+
+    with open(path) as f:
+        cfg = yaml.safe_load(f) or {}
+    where = (cfg.get("model") or {}).get("path", "")
+    return ("tiny (random weights)" if where == "tiny" else model), (cfg.get("data") or {}).get("task", "gsm8k_tool")
+
+
 def result(run: str, sft: dict, test: dict, wall: float, config: str, model: str) -> dict:
     for what, res in (("SFT", sft), ("final", test)):
         if res.get("split", "test") != "test":
             raise SystemExit(f"error: the {what} evaluation is of split {res['split']!r}, not test")
     if int(sft["n"]) != int(test["n"]):
         raise SystemExit(f"error: the SFT and final evaluations cover {sft['n']} and {test['n']} problems")
-    return {"name": "learning", "model": model, "task": "gsm8k_tool", "wall_s": round(wall, 1),
+    model, task = run_facts(run, model)
+    return {"name": "learning", "model": model, "task": task, "wall_s": round(wall, 1),
             "sft_accuracy": sft["accuracy"], "test_accuracy": test["accuracy"], "n": int(test["n"]),
             "config": config, "run": run, "date": datetime.date.today().isoformat()}
 

@@ -33,6 +33,19 @@ def test_writes_the_issue_fields_from_the_eval_files(tmp_path):
     assert res["config"] == "configs/gsm8k_tool_30min.yaml" and res["model"] and res["date"]
 
 
+def test_a_dry_run_on_the_tiny_model_is_labelled_so(tmp_path):
+    """The run's config.yaml names the model: a CPU dry run (model.path=tiny) is not reported as SmolLM2."""
+    run = tmp_path / "recipe"
+    (run / "sft").mkdir(parents=True)  # as train.py leaves it: RL's config names the SFT export, SFT's the model
+    (run / "config.yaml").write_text(f"model:\n  path: {run}/sft/hf\ndata:\n  task: gsm8k_tool\n")
+    (run / "sft" / "config.yaml").write_text("model:\n  path: tiny\ndata:\n  task: gsm8k_tool\n")
+    p = subprocess.run([sys.executable, SCRIPT, "--run", str(run), "--sft-eval", _eval(tmp_path / "s.json", 0.0),
+                        "--test-eval", _eval(tmp_path / "t.json", 0.0), "--wall", "46", "--config", "c.yaml"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["model"] == "tiny (random weights)"
+
+
 def test_refuses_evaluations_of_different_sizes_and_non_results(tmp_path):
     p, out = _run(tmp_path, _eval(tmp_path / "s.json", 0.07, n=500), _eval(tmp_path / "t.json", 0.12))
     assert p.returncode != 0 and "500 and 1319" in p.stderr and not out.exists()
