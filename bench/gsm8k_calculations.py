@@ -25,7 +25,7 @@ from r1.compare import mcnemar  # noqa: E402
 from r1.config import USER_ERRORS, load_config, run_main  # noqa: E402
 from r1.rollout_stats import traj_stats  # noqa: E402
 from r1.tasks.data import load_rows  # noqa: E402
-from r1.trajectory import EVAL_FILE, load  # noqa: E402
+from r1.trajectory import load_eval  # noqa: E402
 
 CALC = re.compile(r"<<[^>]*>>")
 TOP = 7  # problems of TOP or more calculations share the last group
@@ -38,12 +38,7 @@ def calculations(rows: list) -> dict:
 
 def episodes(path: str) -> dict:
     """problem id -> (correct, calculator calls) of an evaluation's greedy episodes."""
-    if os.path.isdir(path):
-        path = os.path.join(path, EVAL_FILE)
-    out = {}
-    for t in load(path):
-        out[t.sample_id] = (traj_stats(t)["correct"], t.num_tool_calls)
-    return out
+    return {t.sample_id: (traj_stats(t)["correct"], t.num_tool_calls) for t in load_eval(path)}
 
 
 def table(calc: dict, ev: dict, base: dict | None = None) -> list:

@@ -13,6 +13,8 @@ import json
 import os
 import sys
 
+import yaml
+
 
 def read_eval(path: str) -> dict:
     with open(path) as f:
@@ -34,8 +36,6 @@ def run_facts(run: str, model: str) -> tuple:
                  if os.path.isfile(p)), None)
     if path is None:
         return model, "gsm8k_tool"
-    import yaml
-
     with open(path) as f:
         cfg = yaml.safe_load(f) or {}
     where = (cfg.get("model") or {}).get("path", "")

@@ -14,18 +14,15 @@ itself) and scores each with the trainer's own rule (r1/rollout_stats.py `traj_s
 import argparse
 import json
 import math
-import os
 
 from r1.rollout_stats import traj_stats
-from r1.trajectory import EVAL_FILE, load
+from r1.trajectory import load_eval
 
 
 def correct_by_problem(path: str) -> dict:
     """sample_id -> 1.0 / 0.0 for a folder written by eval.py (or its trajectory file)."""
-    if os.path.isdir(path):
-        path = os.path.join(path, EVAL_FILE)
     out = {}
-    for t in load(path):
+    for t in load_eval(path):
         if t.sample_id in out:
             raise ValueError(f"{path}: problem {t.sample_id!r} appears twice; expected one greedy trajectory each")
         out[t.sample_id] = traj_stats(t)["correct"]

@@ -97,7 +97,6 @@ class Trainer:
         self.fit_start = self.last_iter_s = None  # fit's clock, for train.time_limit with train.overlap
         self.alloc_retries = 0  # CUDA: the caching allocator's free-and-retry count so far
         self.fallbacks = eager_fallbacks()  # train.overlap: compiled-op calls that ran eager (r1/model._compile)
-        self.play_cpu_s = None  # train.overlap: the CPU seconds of the rollout thread this iteration used
 
     # -- step 1: rollout -----------------------------------------------------
     def prompts_for(self, it: int) -> list:
@@ -125,22 +124,21 @@ class Trainer:
     def overlapped_rollout(self, it: int) -> tuple:
         """train.overlap: 1 (r1/overlap.py): iteration it's episodes (started during iteration it - 1; the
         first iteration of a process plays them now), then the start of iteration it + 1's on the weights
-        before this iteration's update -> (checked episodes, the rollout's own seconds, updates it lags)."""
+        before this iteration's update -> (checked episodes, the rollout's own seconds, updates it lags, the
+        rollout thread's CPU seconds or None when this iteration played its own rollout)."""
         if self.pending is None:
             self.actor.refresh(self.learner.policy)
             t0 = time.time()
             played, lag = self.play(it, policy_version=it), 0
-            seconds = time.time() - t0
-            self.play_cpu_s = None
+            seconds, cpu = time.time() - t0, None
         else:
-            played, seconds, lag = self.pending.result(), self.pending.seconds, 1
-            self.play_cpu_s = self.pending.cpu_seconds
+            played, seconds, lag, cpu = self.pending.result(), self.pending.seconds, 1, self.pending.cpu_seconds
             self.pending = None
             self.actor.refresh(self.learner.policy)  # between rollouts: none is in flight
         if it + 1 < self.cfg.train.steps and not self.ends_the_run():
             self.actor.loop.stop.clear()
             self.pending = Background(lambda: self.play(it + 1, policy_version=it), self.device)
-        return self.check_episodes(played, it), seconds, lag
+        return self.check_episodes(played, it), seconds, lag, cpu
 
     def ends_the_run(self) -> bool:
         """train.time_limit with train.overlap: whether this iteration will likely pass the limit (time so far
@@ -187,7 +185,7 @@ class Trainer:
         graphs = self.actor.graph_counts()
         with phase("r1.rollout"):  # 1. rollout
             if self.cfg.train.overlap:
-                played, t_play, lag = self.overlapped_rollout(it)
+                played, t_play, lag, cpu_play = self.overlapped_rollout(it)
             else:
                 played = self.rollout(it)
         t_roll = time.time() - t0
@@ -221,8 +219,8 @@ class Trainer:
             fallbacks = eager_fallbacks()
             metrics.update(time_rollout_play=t_play, policy_lag=float(lag),
                            eager_op_fallbacks=float(fallbacks - self.fallbacks), cpu_main_s=c_main)
-            if self.play_cpu_s is not None:  # CPU seconds of each thread: with the wall times, who waited
-                metrics["cpu_rollout_s"] = self.play_cpu_s
+            if cpu_play is not None:  # CPU seconds of each thread: with the wall times, who waited
+                metrics["cpu_rollout_s"] = cpu_play
             self.fallbacks = fallbacks
             t_roll_tok = t_play
         else:

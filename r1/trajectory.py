@@ -307,6 +307,11 @@ def load(path: str) -> list:
     return read(path)[1]
 
 
+def load_eval(path: str) -> list:
+    """eval.py's greedy episodes: from its eval.out folder (EVAL_FILE in it) or the file itself."""
+    return load(os.path.join(path, EVAL_FILE) if os.path.isdir(path) else path)
+
+
 def render(t: Trajectory, decode=None) -> str:
     """A readable view: each step's new prompt part, the response, masks, reward."""
     dec = decode or (lambda ids: " ".join(map(str, ids)))

@@ -39,8 +39,8 @@ def main(spec_path):
     Trainer.rollout = lambda self, it: parity_rewards(real_rollout(self, it))
 
     def overlapped(self, it):  # train.overlap: 1
-        played, seconds, lag = real_overlapped(self, it)
-        return parity_rewards(played), seconds, lag
+        played, *rest = real_overlapped(self, it)
+        return (parity_rewards(played), *rest)
     Trainer.overlapped_rollout = overlapped
     for name, overrides in spec["runs"].items():
         cfg = load_config(SMOKE, spec["base"] + overrides + [f"run.dir={os.path.join(spec['out'], name)}"])
