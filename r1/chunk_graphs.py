@@ -28,8 +28,17 @@ rows bring one token each), the Triton decode and chunk kernels by row
 and row buckets only, with pad rows of PAD_Q tokens, so the shapes a rollout
 meets stop being new after a few iterations. CUDA fp16/bf16, with no R1_ATTN /
 R1_CHUNKS override. R1_CHUNK_GRAPHS=0 turns it off (for comparisons).
+
+Under train.overlap a graph is captured only while no other thread works on the
+GPU (`hold_captures`): a device-wide synchronize in another thread while one
+captures fails the capture and raises in the synchronizing thread (the 30-minute
+recipe died so on an H200, 2026-12-02: Inductor autotuning the update's first
+kernel synchronizes the device). A capture held off is deferred, not failed:
+that chunk or decode step runs eagerly and the shape is captured the next time
+it comes while nothing holds captures.
 """
 import os
+import threading
 import time
 
 import torch
@@ -148,6 +157,8 @@ class ChunkGraphs:
         elif len(self.graphs) < MAX_GRAPHS:  # the capture's static inputs hold this chunk already
             try:
                 g = self.graphs[key] = self._capture(shape, fresh, inputs)
+            except CaptureDeferred:  # another thread holds captures off: eager now, captured another time
+                pass
             except Exception as e:  # noqa: BLE001 (e.g. an op that needs the host): this kind runs eagerly
                 self.failed.add(fresh)
                 kind = "first-prompt" if fresh else "continuation"
@@ -185,6 +196,32 @@ class ChunkGraphs:
         return g
 
 
+class CaptureDeferred(Exception):
+    """capture() did not run: another thread holds captures off (hold_captures); the caller runs eagerly."""
+
+
+_gate = threading.Lock()  # held by a capture in progress, or by hold_captures' thread
+_deferred = 0  # captures held off so far (CaptureDeferred)
+
+
+def hold_captures():
+    """No thread captures a CUDA graph from now until release_captures(); waits for a capture in progress to
+    end. r1/overlap.Background's main thread holds it while it scores and updates beside the rollout thread:
+    there torch may synchronize the whole device (Inductor autotunes a kernel's first call so), which fails
+    a capture in progress in another thread and raises in this one."""
+    _gate.acquire()
+
+
+def release_captures():
+    """The end of hold_captures()."""
+    _gate.release()
+
+
+def deferred() -> int:
+    """How many captures were held off so far (their chunks and decode steps ran eagerly instead)."""
+    return _deferred
+
+
 def capture(run, pool=None, mode: str = "global", tries: int = 3):
     """Two warm-up calls of run() on a side stream (compiles, Triton autotuning, lazy allocations), then
     run() captured -> (graph, what the captured call returned). Used for decode steps and chunks alike.
@@ -193,16 +230,26 @@ def capture(run, pool=None, mode: str = "global", tries: int = 3):
     Under train.overlap another thread may be FX-tracing (compiling the update's ops): compiled ops then run
     eager (r1/model._compile), and a graph captured meanwhile would replay eager kernels for the rest of the
     run. So it waits for such a trace to end first (a minute at most in all), and captures again when an op
-    fell back anyway (`tries` in all; the last capture is kept: eager ops are slower, not wrong)."""
-    deadline = time.time() + 60
-    for _ in range(tries):
-        while tracing() and time.time() < deadline:
-            time.sleep(0.01)
-        before = eager_fallbacks()
-        graph, out = _capture_once(run, pool, mode)
-        if eager_fallbacks() == before:
-            break
-    return graph, out
+    fell back anyway (`tries` in all; the last capture is kept: eager ops are slower, not wrong).
+
+    Raises CaptureDeferred, before running anything, while another thread holds captures off
+    (hold_captures), and keeps them off itself until it returns."""
+    global _deferred
+    if not _gate.acquire(blocking=False):
+        _deferred += 1
+        raise CaptureDeferred
+    try:
+        deadline = time.time() + 60
+        for _ in range(tries):
+            while tracing() and time.time() < deadline:
+                time.sleep(0.01)
+            before = eager_fallbacks()
+            graph, out = _capture_once(run, pool, mode)
+            if eager_fallbacks() == before:
+                break
+        return graph, out
+    finally:
+        _gate.release()
 
 
 def _capture_once(run, pool, mode: str):

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from r1.chunk_graphs import ChunkGraphs, capture
+from r1.chunk_graphs import CaptureDeferred, ChunkGraphs, capture
 from r1.model import CacheStep, KVCache, Transformer, fuse_projections, switch
 
 try:  # Triton is optional: absent in the CPU build of torch
@@ -541,7 +541,9 @@ class Generator:
     def _decode_logits(self, tok, pos, slots, max_kv: int = 0):
         B = tok.shape[0]
         if self.cuda_graphs:
-            return self._graph_decode(tok, pos, slots)
+            logits = self._graph_decode(tok, pos, slots)
+            if logits is not None:
+                return logits
         d = self.device
         step = CacheStep(rows=slots, token_rows=torch.arange(B, device=d),
                          cu_q=torch.arange(B + 1, dtype=torch.int32, device=d), max_q=1,
@@ -549,11 +551,15 @@ class Generator:
         return self.model.head(self.model.hidden(tok, pos, cache=self.cache, step=step))  # model dtype: sample upcasts
 
     def _graph_decode(self, tok, pos, slots):
+        """The decode step's logits from its batch size's graph, or None: its capture is held off now
+        (chunk_graphs.hold_captures; the caller runs the step eagerly, the graph comes another time)."""
         B = tok.shape[0]
         g = self.graphs.get(B)
         if g is None:
-            g = self._capture(B)
-            self.graphs[B] = g
+            try:
+                g = self.graphs[B] = self._capture(B)
+            except CaptureDeferred:
+                return None
         g["tok"].copy_(tok)
         g["pos"].copy_(pos)
         g["slots"].copy_(slots)

@@ -21,7 +21,9 @@ of the weights: r1/actor.generator_model): every collective (the refresh's
 gather under FSDP, check_episodes' sums) stays on the main thread, in the same
 order on every rank. On CUDA the thread queues on a stream of its own, so its
 kernels can run beside the update's; its CUDA graphs are captured in
-thread_local mode. Resume is refused: a checkpoint after iteration k holds
+thread_local mode, and only while the main thread waits for it (the main
+thread holds captures off from the thread's start until it waits:
+chunk_graphs.hold_captures; a shape first met meanwhile runs eagerly). Resume is refused: a checkpoint after iteration k holds
 W_k+1, not the W_k the next rollout samples with.
 """
 import contextlib
@@ -31,6 +33,8 @@ import threading
 import time
 
 import torch
+
+from r1 import chunk_graphs
 
 
 def set_switch_interval():
@@ -44,10 +48,14 @@ def set_switch_interval():
 
 
 class Background:
-    """fn() running in a thread; `result()` waits and returns it, or raises what it raised."""
+    """fn() running in a thread; `result()` waits and returns it, or raises what it raised. From the start
+    until the first result() or wait(), the calling thread holds CUDA graph captures off (see the module's
+    docstring): fn's captures are deferred meanwhile, its chunks run eagerly."""
 
     def __init__(self, fn, device: torch.device):
         set_switch_interval()
+        chunk_graphs.hold_captures()
+        self._holding = True
         self.seconds = 0.0  # the thread's own wall time
         self.cpu_seconds = 0.0  # and its CPU time: far below the wall time = the thread waited (the GIL, syncs)
         self._out, self._err = None, None
@@ -71,12 +79,18 @@ class Background:
         self._thread = threading.Thread(target=run, name="r1-rollout", daemon=True)
         self._thread.start()
 
-    def result(self):
+    def _join(self):
+        if self._holding:  # let go first: while this thread waits, fn may capture
+            self._holding = False
+            chunk_graphs.release_captures()
         self._thread.join()
+
+    def result(self):
+        self._join()
         if self._err is not None:
             raise self._err
         return self._out
 
     def wait(self):
         """Join without taking the result (an error stays for result())."""
-        self._thread.join()
+        self._join()

@@ -28,7 +28,7 @@ import warnings
 
 import torch
 
-from r1 import checkpoint, disk, distributed, memory, packing
+from r1 import checkpoint, chunk_graphs, disk, distributed, memory, packing
 from r1.atomic import describe_os_error
 from r1.actor import Actor, generator_model
 from r1.config import Config, ConfigError
@@ -97,6 +97,7 @@ class Trainer:
         self.fit_start = self.last_iter_s = None  # fit's clock, for train.time_limit with train.overlap
         self.alloc_retries = 0  # CUDA: the caching allocator's free-and-retry count so far
         self.fallbacks = eager_fallbacks()  # train.overlap: compiled-op calls that ran eager (r1/model._compile)
+        self.deferred = chunk_graphs.deferred()  # and CUDA graph captures held off (r1/chunk_graphs)
 
     # -- step 1: rollout -----------------------------------------------------
     def prompts_for(self, it: int) -> list:
@@ -218,7 +219,9 @@ class Trainer:
             # compiled-op calls run eager while the other thread compiled (r1/model._compile): 0 once warm
             fallbacks = eager_fallbacks()
             metrics.update(time_rollout_play=t_play, policy_lag=float(lag),
-                           eager_op_fallbacks=float(fallbacks - self.fallbacks), cpu_main_s=c_main)
+                           eager_op_fallbacks=float(fallbacks - self.fallbacks), cpu_main_s=c_main,
+                           captures_deferred=float(chunk_graphs.deferred() - self.deferred))
+            self.deferred = chunk_graphs.deferred()
             if cpu_play is not None:  # CPU seconds of each thread: with the wall times, who waited
                 metrics["cpu_rollout_s"] = cpu_play
             self.fallbacks = fallbacks

@@ -2,12 +2,16 @@
 the weights before update k, token for token and logprob for logprob; the loss gets their recorded
 sampler logprobs; resume is refused; the config refuses values it cannot mean."""
 import os
+import threading
+import time
 
 import pytest
 import torch
 
 from r1.algos.policy_losses import POLICY_LOSSES, PolicyLoss
+from r1.chunk_graphs import CaptureDeferred, capture, deferred, hold_captures, release_captures
 from r1.config import ConfigError, load_config
+from r1.overlap import Background
 from r1.trainer import Trainer
 from test_trainer import SMOKE, TINY
 from test_world2 import CRITIC_KEYS, KEYS, run_both
@@ -59,6 +63,8 @@ def test_overlap_rollouts_are_the_synchronous_ones_one_update_back(tmp_path, mon
     assert sorted(played) == [0, 1, 2] and trainer.pending is None
     assert [m["policy_lag"] for m in lines] == [0.0, 1.0, 1.0]
     assert [m["eager_op_fallbacks"] for m in lines] == [0.0] * 3  # no thread compiles here
+    if device == "cpu":  # no CUDA graphs, so no capture to hold off
+        assert [m["captures_deferred"] for m in lines] == [0.0] * 3
     # each thread's CPU seconds: the rollout thread's only where it ran in the background; a thread's CPU
     # time cannot pass its wall time (the slack: the two clocks' resolutions)
     assert ["cpu_rollout_s" in m for m in lines] == [False, True, True]
@@ -223,3 +229,101 @@ def test_switch_interval_from_the_environment(monkeypatch):
         assert sys.getswitchinterval() == pytest.approx(200e-6)
     finally:
         sys.setswitchinterval(before)
+
+
+def test_the_rollout_thread_captures_no_graph_while_the_main_thread_works():
+    """A device-wide synchronize on the main thread (Inductor autotuning the update's first kernel) while the
+    rollout thread captures a CUDA graph fails both (the 30-minute recipe died so on an H200). So from a
+    Background's start until the main thread waits for it, a capture is deferred before it runs anything
+    (the chunk runs eagerly, counted); once the main thread waits, the thread's captures go ahead."""
+    tried, waiting = threading.Event(), threading.Event()
+    ran, outcome = [], []
+
+    def rollout():
+        try:
+            capture(lambda: ran.append(1))
+        except CaptureDeferred:
+            outcome.append("deferred")
+        tried.set()
+        waiting.wait(30)  # the main thread is in result() now: captures are its own again
+        try:
+            capture(lambda: ran.append(1))
+            outcome.append("captured")
+        except CaptureDeferred:
+            outcome.append("deferred")
+        except Exception:  # noqa: BLE001 - past the gate, CUDA itself (absent here) refused
+            outcome.append("past the gate")
+        return "episodes"
+
+    before = deferred()
+    bg = Background(rollout, torch.device("cpu"))
+    assert tried.wait(30)
+    threading.Timer(0.2, waiting.set).start()
+    assert bg.result() == "episodes"
+    assert outcome[0] == "deferred" and outcome[1] != "deferred" and deferred() == before + 1
+    assert ran == ([1, 1, 1] if outcome[1] == "captured" else [])  # two warm-ups and the capture, or none
+    hold_captures()  # nothing holds captures off any more: not the Background, not a failed capture
+    release_captures()
+
+
+def test_a_chunk_whose_capture_is_deferred_runs_eagerly_and_is_captured_later(monkeypatch):
+    """ChunkGraphs.run: a deferred capture is neither a graph nor a failure (that would turn graphs off for
+    the kind): the chunk runs eagerly (None to the caller) and the same shape is captured when next met."""
+    from r1 import chunk_graphs
+
+    graphs = chunk_graphs.ChunkGraphs.__new__(chunk_graphs.ChunkGraphs)
+    graphs.gen = type("Gen", (), {"max_len": 64, "scratch": 0})()
+    graphs.row_buckets, graphs.graphs, graphs.top, graphs.on = (1, 2, 4), {}, 1 << 14, True
+    graphs.calls, graphs.failed, graphs.out = {"graph": 0, "eager": 0}, set(), torch.zeros(64, 4)
+    held = [True]
+
+    class Replayed:
+        def replay(self):
+            graphs.out.fill_(7.0)
+
+    def fake_capture(shape, fresh, inputs):
+        if held[0]:
+            raise CaptureDeferred
+        return {"graph": Replayed(), **{n: torch.zeros(1) for n in chunk_graphs.NAMES}}
+
+    monkeypatch.setattr(graphs, "_capture", fake_capture)
+    monkeypatch.setattr(chunk_graphs, "_fill", lambda g, inputs: None)
+    chunk = ([5, 6, 7], [0, 1, 2], [0, 0, 0], [3], [0, 3], [3])
+    assert graphs.run(*chunk, fresh=True) is None
+    assert (graphs.graphs, graphs.failed, graphs.calls) == ({}, set(), {"graph": 0, "eager": 1})
+    held[0] = False
+    out = graphs.run(*chunk, fresh=True)
+    assert out is not None and out.shape[0] == 3 and bool((out == 7.0).all())
+    assert len(graphs.graphs) == 1 and graphs.calls == {"graph": 1, "eager": 1}
+
+
+@pytest.mark.gpu
+def test_gpu_main_thread_synchronizes_while_the_rollout_thread_would_capture():
+    """On CUDA: the main thread synchronizes the whole device again and again while a Background thread tries
+    to capture graphs; nothing raises (the captures are deferred), and once the main thread waits, the
+    thread's capture replays what the eager call computes."""
+    x = torch.arange(4096, dtype=torch.float32, device="cuda")
+    out = []
+
+    def rollout():
+        got = []
+        for _ in range(200):
+            try:
+                got.append(capture(lambda: x * 2.0 + 1.0))
+            except CaptureDeferred:
+                pass
+        out.append(len(got))
+        while not got:  # the main thread waits now: the capture goes ahead
+            try:
+                got.append(capture(lambda: x * 2.0 + 1.0))
+            except CaptureDeferred:
+                time.sleep(0.001)
+        return got[-1]
+
+    bg = Background(rollout, torch.device("cuda"))
+    for _ in range(200):
+        torch.cuda.synchronize()
+    graph, y = bg.result()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert out == [0] and torch.equal(y, x * 2.0 + 1.0)
