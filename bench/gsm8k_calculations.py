@@ -41,11 +41,11 @@ def episodes(path: str) -> dict:
     return {t.sample_id: (traj_stats(t)["correct"], t.num_tool_calls) for t in load_eval(path)}
 
 
-def table(calc: dict, ev: dict, base: dict | None = None) -> list:
-    """One row per calculation count (TOP and more together): problems, accuracy, calls, under-calling, and
-    against `base` (the same problems) its accuracy, calls and the paired counts."""
+def same_problems(split: dict, ev: dict, base: dict | None):
+    """Exit with one line unless every evaluated problem is in the split (keyed by problem id) and the
+    baseline, if any, evaluated the same problems."""
     for e in (ev, base or {}):
-        missing = sorted(set(e) - set(calc))
+        missing = sorted(set(e) - set(split))
         if missing:
             raise SystemExit(f"error: {len(missing)} evaluated problems are not in this split (first: "
                              f"{missing[0]!r}): is --split the one the evaluation read?")
@@ -53,6 +53,12 @@ def table(calc: dict, ev: dict, base: dict | None = None) -> list:
         raise SystemExit(f"error: the two evaluations are of different problems ({len(set(ev) - set(base))} only in "
                          f"the evaluation, {len(set(base) - set(ev))} only in the baseline): pair evaluations of "
                          f"the same split and eval.limit")
+
+
+def table(calc: dict, ev: dict, base: dict | None = None) -> list:
+    """One row per calculation count (TOP and more together): problems, accuracy, calls, under-calling, and
+    against `base` (the same problems) its accuracy, calls and the paired counts."""
+    same_problems(calc, ev, base)
     groups = {}
     for k in ev:
         groups.setdefault(min(calc[k], TOP), []).append(k)

@@ -8,7 +8,8 @@ memory_fraction as asked, and medians over iterations 2..n (the first compiles a
 iteration_s (the step of time_elapsed), rollout_s (what the iteration waited for its rollout), score_s,
 update_s, and with overlap rollout_play_s (the rollout's own time) and each thread's CPU seconds,
 cpu_rollout_s and cpu_main_s (medians over the iterations that logged them); alloc_retries (CUDA, summed
-over 2..n) and eager_op_fallbacks (summed over all iterations: the first is where compiles happen). It
+over 2..n), eager_op_fallbacks (summed over all iterations: the first is where compiles happen) and
+captures_deferred (overlap: CUDA graph captures held off while the update ran, summed over 2..n). It
 refuses a run with fewer than 3 iterations.
 """
 import argparse
@@ -43,6 +44,8 @@ def run_result(run: str) -> dict:
             out[key] = round(statistics.median(have), 3)
     if any("eager_op_fallbacks" in m for m in lines):
         out["eager_op_fallbacks"] = sum(m.get("eager_op_fallbacks", 0) for m in lines)
+    if any("captures_deferred" in m for m in later):
+        out["captures_deferred"] = sum(m.get("captures_deferred", 0) for m in later)
     if "alloc_retries" in later[0]:
         out["alloc_retries"] = sum(m["alloc_retries"] for m in later)
     out["reward_mean_last"] = lines[-1].get("reward_mean")

@@ -97,7 +97,6 @@ class Trainer:
         self.fit_start = self.last_iter_s = None  # fit's clock, for train.time_limit with train.overlap
         self.alloc_retries = 0  # CUDA: the caching allocator's free-and-retry count so far
         self.fallbacks = eager_fallbacks()  # train.overlap: compiled-op calls that ran eager (r1/model._compile)
-        self.deferred = chunk_graphs.deferred()  # and CUDA graph captures held off (r1/chunk_graphs)
 
     # -- step 1: rollout -----------------------------------------------------
     def prompts_for(self, it: int) -> list:
@@ -126,20 +125,29 @@ class Trainer:
         """train.overlap: 1 (r1/overlap.py): iteration it's episodes (started during iteration it - 1; the
         first iteration of a process plays them now), then the start of iteration it + 1's on the weights
         before this iteration's update -> (checked episodes, the rollout's own seconds, updates it lags, the
-        rollout thread's CPU seconds or None when this iteration played its own rollout)."""
+        rollout thread's CPU seconds or None when this iteration played its own rollout, and counted around
+        the play itself, wherever it ran: its Actor.graph_counts and CUDA graph captures deferred)."""
         if self.pending is None:
             self.actor.refresh(self.learner.policy)
             t0 = time.time()
-            played, lag = self.play(it, policy_version=it), 0
+            (played, graphs, deferred), lag = self.counted_play(it, it), 0
             seconds, cpu = time.time() - t0, None
         else:
-            played, seconds, lag, cpu = self.pending.result(), self.pending.seconds, 1, self.pending.cpu_seconds
+            (played, graphs, deferred), seconds, lag = self.pending.result(), self.pending.seconds, 1
+            cpu = self.pending.cpu_seconds
             self.pending = None
             self.actor.refresh(self.learner.policy)  # between rollouts: none is in flight
         if it + 1 < self.cfg.train.steps and not self.ends_the_run():
             self.actor.loop.stop.clear()
-            self.pending = Background(lambda: self.play(it + 1, policy_version=it), self.device)
-        return self.check_episodes(played, it), seconds, lag, cpu
+            self.pending = Background(lambda: self.counted_play(it + 1, it), self.device)
+        return self.check_episodes(played, it), seconds, lag, cpu, graphs, deferred
+
+    def counted_play(self, it: int, version: int) -> tuple:
+        """play(it) on weights of `version` -> (episodes, the Actor.graph_counts it added, the CUDA graph
+        captures it deferred: chunk_graphs.hold_captures)."""
+        graphs, deferred = self.actor.graph_counts(), chunk_graphs.deferred()
+        played = self.play(it, policy_version=version)
+        return played, self.actor.graph_counts(since=graphs), chunk_graphs.deferred() - deferred
 
     def ends_the_run(self) -> bool:
         """train.time_limit with train.overlap: whether this iteration will likely pass the limit (time so far
@@ -186,11 +194,12 @@ class Trainer:
         graphs = self.actor.graph_counts()
         with phase("r1.rollout"):  # 1. rollout
             if self.cfg.train.overlap:
-                played, t_play, lag, cpu_play = self.overlapped_rollout(it)
+                played, t_play, lag, cpu_play, graphs, deferred = self.overlapped_rollout(it)
             else:
                 played = self.rollout(it)
         t_roll = time.time() - t0
-        graphs = self.actor.graph_counts(since=graphs)
+        if not self.cfg.train.overlap:
+            graphs = self.actor.graph_counts(since=graphs)
         trajs = self.trained_trajectories(played)
         t1, c1 = time.time(), time.thread_time()
         with phase("r1.score"):  # 2. score and 3. credit (time_score covers both)
@@ -220,8 +229,7 @@ class Trainer:
             fallbacks = eager_fallbacks()
             metrics.update(time_rollout_play=t_play, policy_lag=float(lag),
                            eager_op_fallbacks=float(fallbacks - self.fallbacks), cpu_main_s=c_main,
-                           captures_deferred=float(chunk_graphs.deferred() - self.deferred))
-            self.deferred = chunk_graphs.deferred()
+                           captures_deferred=float(deferred))
             if cpu_play is not None:  # CPU seconds of each thread: with the wall times, who waited
                 metrics["cpu_rollout_s"] = cpu_play
             self.fallbacks = fallbacks

@@ -174,6 +174,31 @@ def test_without_a_time_limit_the_next_rollout_starts(tmp_path, monkeypatch):
     assert started == [1] and trainer.pending is None  # iteration 2's rollout, started during iteration 1
 
 
+def test_graph_counts_are_each_rollouts_own_wherever_it_ran(tmp_path, monkeypatch):
+    """rollout_eager_chunks / rollout_graph_captures under overlap: what the iteration's own rollout added,
+    counted around the play in the thread that ran it (the main thread only waits for it: counting around
+    the wait missed what the thread did before). The actor's counter is faked (the CPU has no chunk graphs):
+    each play adds its iteration's number of eager chunks and one capture, after a pause that lets the main
+    thread reach its wait first for iteration 2 and not for 3."""
+    trainer = Trainer(load_config(SMOKE, [f"run.dir={tmp_path / 'run'}", *BASE, "train.overlap=1"]))
+    count = [0, 0]
+    play = trainer.play
+
+    def counting_play(it, policy_version):
+        out = play(it, policy_version)
+        time.sleep(0.5 if it == 1 else 0.0)
+        count[0], count[1] = count[0] + it + 1, count[1] + 1
+        return out
+
+    monkeypatch.setattr(trainer, "play", counting_play)
+    monkeypatch.setattr(trainer.actor, "graph_counts", lambda since=None: tuple(count) if since is None else
+                        (count[0] - since[0], count[1] - since[1]))
+    lines = []
+    monkeypatch.setattr(trainer.logger, "log", lambda it, m: lines.append(m))
+    trainer.fit()
+    assert [(m["rollout_eager_chunks"], m["rollout_graph_captures"]) for m in lines] == [(1, 1), (2, 1), (3, 1)]
+
+
 def test_an_error_cancels_the_pending_rollout(tmp_path, monkeypatch):
     """An error on the main thread while the next rollout plays: fit sets the loop's stop event, the rollout
     ends at its next chunk with rollout.Cancelled (not after all its episodes), and the error is what fit
