@@ -35,7 +35,8 @@ captures fails the capture and raises in the synchronizing thread (the 30-minute
 recipe died so on an H200, 2026-12-02: Inductor autotuning the update's first
 kernel synchronizes the device). A capture held off is deferred, not failed:
 that chunk or decode step runs eagerly and the shape is captured the next time
-it comes while nothing holds captures.
+it comes while nothing holds captures (under overlap that is rare once warm:
+the rollout usually ends before the update; `captures_deferred` counts them).
 """
 import os
 import threading
@@ -151,6 +152,9 @@ class ChunkGraphs:
             return None
         key = (fresh, *shape)
         g = self.graphs.get(key)
+        if g is None and defer_if_held():  # before building the capture's inputs (host copies wait for the stream)
+            self.calls["eager"] += 1
+            return None
         inputs = pad(ids, pos, token_rows, rows, cu, kv_lens, shape, self.gen.scratch)
         if g is not None:
             _fill(g, inputs)
@@ -204,17 +208,30 @@ _gate = threading.Lock()  # held by a capture in progress, or by hold_captures' 
 _deferred = 0  # captures held off so far (CaptureDeferred)
 
 
-def hold_captures():
+def hold_captures(timeout: float = 600.0):
     """No thread captures a CUDA graph from now until release_captures(); waits for a capture in progress to
     end. r1/overlap.Background's main thread holds it while it scores and updates beside the rollout thread:
     there torch may synchronize the whole device (Inductor autotunes a kernel's first call so), which fails
-    a capture in progress in another thread and raises in this one."""
-    _gate.acquire()
+    a capture in progress in another thread and raises in this one. Held already past `timeout` seconds
+    (a capture takes well under one; one hold at a time): an error, not a silent hang."""
+    if not _gate.acquire(timeout=timeout):
+        raise RuntimeError(f"r1.chunk_graphs: CUDA graph captures still held after {timeout:g} s (a Background "
+                           f"rollout never joined, or a capture that does not end)")
 
 
 def release_captures():
     """The end of hold_captures()."""
     _gate.release()
+
+
+def defer_if_held() -> bool:
+    """True (counted as deferred) when another thread holds captures off now: a caller about to build a
+    capture's inputs skips that work and runs eagerly. A hint read without the lock; capture() decides."""
+    global _deferred
+    if _gate.locked():
+        _deferred += 1
+        return True
+    return False
 
 
 def deferred() -> int:

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from r1.chunk_graphs import CaptureDeferred, ChunkGraphs, capture
+from r1.chunk_graphs import CaptureDeferred, ChunkGraphs, capture, defer_if_held
 from r1.model import CacheStep, KVCache, Transformer, fuse_projections, switch
 
 try:  # Triton is optional: absent in the CPU build of torch
@@ -556,6 +556,8 @@ class Generator:
         B = tok.shape[0]
         g = self.graphs.get(B)
         if g is None:
+            if defer_if_held():  # before allocating the graph's buffers
+                return None
             try:
                 g = self.graphs[B] = self._capture(B)
             except CaptureDeferred:

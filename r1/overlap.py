@@ -23,7 +23,8 @@ order on every rank. On CUDA the thread queues on a stream of its own, so its
 kernels can run beside the update's; its CUDA graphs are captured in
 thread_local mode, and only while the main thread waits for it (the main
 thread holds captures off from the thread's start until it waits:
-chunk_graphs.hold_captures; a shape first met meanwhile runs eagerly). Resume is refused: a checkpoint after iteration k holds
+chunk_graphs.hold_captures; a shape first met meanwhile runs eagerly).
+Resume is refused: a checkpoint after iteration k holds
 W_k+1, not the W_k the next rollout samples with.
 """
 import contextlib
@@ -54,8 +55,6 @@ class Background:
 
     def __init__(self, fn, device: torch.device):
         set_switch_interval()
-        chunk_graphs.hold_captures()
-        self._holding = True
         self.seconds = 0.0  # the thread's own wall time
         self.cpu_seconds = 0.0  # and its CPU time: far below the wall time = the thread waited (the GIL, syncs)
         self._out, self._err = None, None
@@ -77,7 +76,14 @@ class Background:
                 self.seconds, self.cpu_seconds = time.time() - t0, time.thread_time() - c0
 
         self._thread = threading.Thread(target=run, name="r1-rollout", daemon=True)
-        self._thread.start()
+        chunk_graphs.hold_captures()
+        self._holding = True
+        try:
+            self._thread.start()
+        except BaseException:  # a thread that never ran: nothing will join it, so let go here
+            self._holding = False
+            chunk_graphs.release_captures()
+            raise
 
     def _join(self):
         if self._holding:  # let go first: while this thread waits, fn may capture

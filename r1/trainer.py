@@ -191,7 +191,7 @@ class Trainer:
         """Steps 1-5 of the module docstring for iteration `it`; returns its metrics."""
         algo, d = self.cfg.algo, self.d
         t0 = time.time()
-        graphs = self.actor.graph_counts()
+        graphs = None if self.cfg.train.overlap else self.actor.graph_counts()  # overlap: counted around the play
         with phase("r1.rollout"):  # 1. rollout
             if self.cfg.train.overlap:
                 played, t_play, lag, cpu_play, graphs, deferred = self.overlapped_rollout(it)

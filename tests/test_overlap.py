@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from r1.algos.policy_losses import POLICY_LOSSES, PolicyLoss
+from r1 import chunk_graphs
 from r1.chunk_graphs import CaptureDeferred, capture, deferred, hold_captures, release_captures
 from r1.config import ConfigError, load_config
 from r1.overlap import Background
@@ -235,6 +236,18 @@ def test_an_error_cancels_the_pending_rollout(tmp_path, monkeypatch):
         trainer.fit()
     assert len(started) == 1 and isinstance(started[0]._err, Cancelled)
     assert trainer.pending is None and not trainer.actor.loop.stop.is_set()
+    assert captures_free()  # the cancelled rollout's hold let go
+
+
+def test_held_out_reads_between_overlapped_iterations_hold_nothing_after(tmp_path, monkeypatch):
+    """eval.every under overlap: the read waits for the rollout in flight (letting go of captures: the
+    evaluation's own graphs may be captured), the next iteration takes that rollout's episodes, and after the
+    run nothing holds captures."""
+    trainer = Trainer(load_config(SMOKE, [f"run.dir={tmp_path / 'run'}", *BASE, "train.overlap=1", "eval.every=1"]))
+    monkeypatch.setattr(trainer.logger, "log", lambda it, m: None)
+    held = []
+    trainer.fit(lambda actor: held.append(chunk_graphs._gate.locked()) or {"accuracy": 0.5})
+    assert held == [False, False, False] and trainer.pending is None and captures_free()
 
 
 def test_switch_interval_from_the_environment(monkeypatch):
@@ -256,13 +269,28 @@ def test_switch_interval_from_the_environment(monkeypatch):
         sys.setswitchinterval(before)
 
 
-def test_the_rollout_thread_captures_no_graph_while_the_main_thread_works():
+def captures_free() -> bool:
+    """Whether nothing holds CUDA graph captures: taken and given back at once (a bounded wait, never a hang)."""
+    if not chunk_graphs._gate.acquire(timeout=10):
+        return False
+    chunk_graphs._gate.release()
+    return True
+
+
+def test_the_rollout_thread_captures_no_graph_while_the_main_thread_works(monkeypatch):
     """A device-wide synchronize on the main thread (Inductor autotuning the update's first kernel) while the
     rollout thread captures a CUDA graph fails both (the 30-minute recipe died so on an H200). So from a
     Background's start until the main thread waits for it, a capture is deferred before it runs anything
     (the chunk runs eagerly, counted); once the main thread waits, the thread's captures go ahead."""
     tried, waiting = threading.Event(), threading.Event()
     ran, outcome = [], []
+    release = chunk_graphs.release_captures
+
+    def released():  # the main thread lets go in result(), then joins: the thread may capture from here
+        release()
+        waiting.set()
+
+    monkeypatch.setattr(chunk_graphs, "release_captures", released)
 
     def rollout():
         try:
@@ -270,7 +298,7 @@ def test_the_rollout_thread_captures_no_graph_while_the_main_thread_works():
         except CaptureDeferred:
             outcome.append("deferred")
         tried.set()
-        waiting.wait(30)  # the main thread is in result() now: captures are its own again
+        assert waiting.wait(60)
         try:
             capture(lambda: ran.append(1))
             outcome.append("captured")
@@ -282,13 +310,55 @@ def test_the_rollout_thread_captures_no_graph_while_the_main_thread_works():
 
     before = deferred()
     bg = Background(rollout, torch.device("cpu"))
-    assert tried.wait(30)
-    threading.Timer(0.2, waiting.set).start()
-    assert bg.result() == "episodes"
-    assert outcome[0] == "deferred" and outcome[1] != "deferred" and deferred() == before + 1
+    try:
+        assert tried.wait(60) and not waiting.is_set()
+        assert outcome == ["deferred"] and deferred() == before + 1 and ran == []
+    finally:
+        result = bg.result()
+    assert result == "episodes" and outcome[1] != "deferred" and deferred() == before + 1
     assert ran == ([1, 1, 1] if outcome[1] == "captured" else [])  # two warm-ups and the capture, or none
-    hold_captures()  # nothing holds captures off any more: not the Background, not a failed capture
-    release_captures()
+    assert captures_free()  # not the Background's any more, nor a failed capture's
+
+
+def test_a_background_that_cannot_start_holds_nothing(monkeypatch):
+    """A thread that fails to start is never joined: the Background lets go of captures itself, or every
+    later capture would be deferred and the next Background would wait forever."""
+    monkeypatch.setattr(threading.Thread, "start", lambda self: (_ for _ in ()).throw(RuntimeError("no thread")))
+    with pytest.raises(RuntimeError, match="no thread"):
+        Background(lambda: None, torch.device("cpu"))
+    assert captures_free()
+
+
+def test_a_hold_that_is_never_let_go_is_an_error_not_a_hang():
+    hold_captures()
+    try:
+        with pytest.raises(RuntimeError, match="captures still held after 0.05 s"):
+            hold_captures(timeout=0.05)
+    finally:
+        release_captures()
+    assert captures_free()
+
+
+def test_generator_decodes_eagerly_while_captures_are_held():
+    """Generator._graph_decode with a batch size not yet captured while captures are held: the step runs
+    eagerly (counted), on the same padded rows, and decodes what a generator without graphs decodes."""
+    from test_generate import tiny
+
+    from r1.generate import Generator, Sampling
+
+    model = tiny().double()
+    prompts = [[5, 9, 2], [7, 1, 4, 4, 3], [11]]
+    plain = Generator(model, 4, 64).generate(prompts, 8, Sampling(temperature=0))
+    gen = Generator(model, 4, 64)
+    gen.cuda_graphs = True  # as on CUDA (decode rows padded to a bucket); CPU: no chunk graphs
+    before = deferred()
+    hold_captures()
+    try:
+        out = gen.generate(prompts, 8, Sampling(temperature=0))
+    finally:
+        release_captures()
+    assert [o.token_ids for o in out] == [o.token_ids for o in plain]
+    assert gen.graphs == {} and deferred() > before
 
 
 def test_a_chunk_whose_capture_is_deferred_runs_eagerly_and_is_captured_later(monkeypatch):
@@ -328,27 +398,35 @@ def test_gpu_main_thread_synchronizes_while_the_rollout_thread_would_capture():
     to capture graphs; nothing raises (the captures are deferred), and once the main thread waits, the
     thread's capture replays what the eager call computes."""
     x = torch.arange(4096, dtype=torch.float32, device="cuda")
-    out = []
+    attempted, got = threading.Event(), []
 
     def rollout():
-        got = []
         for _ in range(200):
             try:
                 got.append(capture(lambda: x * 2.0 + 1.0))
             except CaptureDeferred:
                 pass
-        out.append(len(got))
-        while not got:  # the main thread waits now: the capture goes ahead
+            torch.cuda._sleep(10_000)  # some GPU work of the thread's own between tries
+        attempted.set()
+        deadline = time.time() + 60
+        while not got and time.time() < deadline:  # the main thread waits now: the capture goes ahead
             try:
                 got.append(capture(lambda: x * 2.0 + 1.0))
             except CaptureDeferred:
                 time.sleep(0.001)
-        return got[-1]
+        return len(got)
 
     bg = Background(rollout, torch.device("cuda"))
-    for _ in range(200):
-        torch.cuda.synchronize()
-    graph, y = bg.result()
+    try:
+        syncs = 0
+        while not attempted.is_set() and syncs < 100_000:  # device-wide syncs all through the thread's tries
+            torch.cuda.synchronize()
+            syncs += 1
+        assert attempted.is_set() and not got  # every try while the main thread worked was deferred
+    finally:
+        captured = bg.result()
+    assert captured == 1
+    graph, y = got[0]
     graph.replay()
     torch.cuda.synchronize()
-    assert out == [0] and torch.equal(y, x * 2.0 + 1.0)
+    assert torch.equal(y, x * 2.0 + 1.0) and captures_free()
