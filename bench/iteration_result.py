@@ -3,8 +3,8 @@ runs' own metrics.jsonl; nothing here times anything.
 
     python bench/iteration_result.py --runs R/ppo-o0 R/ppo-o1 ... [--save bench/results/iteration_h200.json]
 
-One object per run: name "iteration", algo (algo.advantage of its config.yaml), overlap, micro_tokens and
-memory_fraction as asked, and medians over iterations 2..n (the first compiles and captures):
+One object per run: name "iteration", model (model.path), algo (algo.advantage of its config.yaml),
+overlap, micro_tokens and memory_fraction as asked, and medians over iterations 2..n (the first compiles and captures):
 iteration_s (the step of time_elapsed), rollout_s (what the iteration waited for its rollout), score_s,
 update_s, and with overlap rollout_play_s (the rollout's own time) and each thread's CPU seconds,
 cpu_rollout_s and cpu_main_s (medians over the iterations that logged them); alloc_retries (CUDA, summed
@@ -31,7 +31,8 @@ def run_result(run: str) -> dict:
     later = lines[1:]
     elapsed = [b["time_elapsed"] - a["time_elapsed"] for a, b in zip(lines, lines[1:])]
     med = lambda key: round(statistics.median(m[key] for m in later), 3)  # noqa: E731
-    out = {"name": "iteration", "run": os.path.basename(os.path.normpath(run)), "algo": cfg["algo"]["advantage"],
+    out = {"name": "iteration", "run": os.path.basename(os.path.normpath(run)), "model": cfg["model"]["path"],
+           "algo": cfg["algo"]["advantage"],
            "policy_loss": cfg["algo"]["policy_loss"], "overlap": cfg["train"].get("overlap", 0),
            "micro_tokens": cfg["train"]["micro_tokens"] or "auto", "memory_fraction": cfg["run"]["memory_fraction"],
            "iterations": len(lines), "iteration_s": round(statistics.median(elapsed), 3),

@@ -16,6 +16,7 @@ from iteration_result import run_result  # noqa: E402
 def fake_run(path, lines, overlap=1):
     os.makedirs(path)
     cfg = {"algo": {"advantage": "grpo", "policy_loss": "decoupled_ppo"}, "run": {"memory_fraction": 1.0},
+           "model": {"path": "/root/res/sft/hf"},
            "train": {"overlap": overlap, "micro_tokens": 0}}
     with open(os.path.join(path, "config.yaml"), "w") as f:
         yaml.safe_dump(cfg, f)
@@ -34,6 +35,7 @@ def test_medians_skip_the_first_iteration(tmp_path):
     fake_run(run, [line(30, 20, 9, 9, 20), line(34, 0.1, 1, 2, 3), line(39, 0.3, 2, 3, 4), line(42, 0.2, 3, 1, 5)])
     r = run_result(run)
     assert (r["name"], r["algo"], r["overlap"], r["micro_tokens"]) == ("iteration", "grpo", 1, "auto")
+    assert r["model"] == "/root/res/sft/hf"
     assert (r["iteration_s"], r["rollout_s"], r["score_s"], r["update_s"], r["rollout_play_s"]) == (4, 0.2, 2, 2, 4)
 
 
