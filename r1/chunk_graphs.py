@@ -152,7 +152,8 @@ class ChunkGraphs:
             return None
         key = (fresh, *shape)
         g = self.graphs.get(key)
-        if g is None and defer_if_held():  # before building the capture's inputs (host copies wait for the stream)
+        # held off: eager before building the capture's inputs (their host copies wait for the stream)
+        if g is None and len(self.graphs) < MAX_GRAPHS and defer_if_held():
             self.calls["eager"] += 1
             return None
         inputs = pad(ids, pos, token_rows, rows, cu, kv_lens, shape, self.gen.scratch)
@@ -213,7 +214,8 @@ def hold_captures(timeout: float = 600.0):
     end. r1/overlap.Background's main thread holds it while it scores and updates beside the rollout thread:
     there torch may synchronize the whole device (Inductor autotunes a kernel's first call so), which fails
     a capture in progress in another thread and raises in this one. Held already past `timeout` seconds
-    (a capture takes well under one; one hold at a time): an error, not a silent hang."""
+    (a capture with its warm-ups, compiles included, takes far less; one hold at a time): an error, not a
+    silent hang."""
     if not _gate.acquire(timeout=timeout):
         raise RuntimeError(f"r1.chunk_graphs: CUDA graph captures still held after {timeout:g} s (a Background "
                            f"rollout never joined, or a capture that does not end)")
@@ -225,8 +227,9 @@ def release_captures():
 
 
 def defer_if_held() -> bool:
-    """True (counted as deferred) when another thread holds captures off now: a caller about to build a
-    capture's inputs skips that work and runs eagerly. A hint read without the lock; capture() decides."""
+    """True (counted as deferred) when captures are held now (by any thread, or a capture in progress): a
+    caller about to build a capture's inputs skips that work and runs eagerly. A hint read without the
+    lock; capture() decides."""
     global _deferred
     if _gate.locked():
         _deferred += 1

@@ -80,10 +80,11 @@ class Background:
         self._holding = True
         try:
             self._thread.start()
-        except BaseException:  # a thread that never ran: nothing will join it, so let go here
-            self._holding = False
-            chunk_graphs.release_captures()
-            raise
+        except BaseException:
+            if self._thread.ident is None:  # it never ran, and nothing will join it: let go here
+                self._holding = False
+                chunk_graphs.release_captures()
+            raise  # (interrupted once started: the process is ending; the hold keeps fn from capturing)
 
     def _join(self):
         if self._holding:  # let go first: while this thread waits, fn may capture

@@ -269,6 +269,16 @@ def test_switch_interval_from_the_environment(monkeypatch):
         sys.setswitchinterval(before)
 
 
+@pytest.fixture(autouse=True)
+def no_hold_left():
+    """A test that leaves CUDA graph captures held fails here, and the hold is let go: the module's later
+    Backgrounds would otherwise wait out hold_captures' timeout."""
+    yield
+    if chunk_graphs._gate.locked():
+        chunk_graphs._gate.release()
+        pytest.fail("the test left CUDA graph captures held")
+
+
 def captures_free() -> bool:
     """Whether nothing holds CUDA graph captures: taken and given back at once (a bounded wait, never a hang)."""
     if not chunk_graphs._gate.acquire(timeout=10):
@@ -351,6 +361,7 @@ def test_generator_decodes_eagerly_while_captures_are_held():
     plain = Generator(model, 4, 64).generate(prompts, 8, Sampling(temperature=0))
     gen = Generator(model, 4, 64)
     gen.cuda_graphs = True  # as on CUDA (decode rows padded to a bucket); CPU: no chunk graphs
+    gen._capture = lambda B: pytest.fail("built a decode graph's buffers while captures were held")
     before = deferred()
     hold_captures()
     try:
@@ -386,10 +397,22 @@ def test_a_chunk_whose_capture_is_deferred_runs_eagerly_and_is_captured_later(mo
     chunk = ([5, 6, 7], [0, 1, 2], [0, 0, 0], [3], [0, 3], [3])
     assert graphs.run(*chunk, fresh=True) is None
     assert (graphs.graphs, graphs.failed, graphs.calls) == ({}, set(), {"graph": 0, "eager": 1})
+    # held off before anything is built: no capture inputs (their host copies wait for the stream)
+    monkeypatch.setattr(chunk_graphs, "pad", lambda *a: pytest.fail("built a capture's inputs while held"))
+    before = deferred()
+    hold_captures()
+    try:
+        assert graphs.run(*chunk, fresh=True) is None
+    finally:
+        release_captures()
+    assert deferred() == before + 1 and graphs.calls == {"graph": 0, "eager": 2}
+    monkeypatch.undo()
+    monkeypatch.setattr(graphs, "_capture", fake_capture)
+    monkeypatch.setattr(chunk_graphs, "_fill", lambda g, inputs: None)
     held[0] = False
     out = graphs.run(*chunk, fresh=True)
     assert out is not None and out.shape[0] == 3 and bool((out == 7.0).all())
-    assert len(graphs.graphs) == 1 and graphs.calls == {"graph": 1, "eager": 1}
+    assert len(graphs.graphs) == 1 and graphs.calls == {"graph": 1, "eager": 2}
 
 
 @pytest.mark.gpu
