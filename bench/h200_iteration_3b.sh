@@ -11,7 +11,10 @@
 #     3B one), EXTRA (more overrides for both runs), SAVE ('' = print only)
 #   (in the background, then calls of `bench/h200_wait.sh RESULTS_DIR . $OUT`)
 set -u
-T=$1; R=$2; mkdir -p "$R"
+[ $# -eq 2 ] || { echo "usage: bench/h200_iteration_3b.sh TOKENIZER_DIR RESULTS_DIR (see the comment at its top)"; exit 2; }
+T=$1; R=$2
+[ -n "${MODEL:-}" ] || [ -f "$T/tokenizer.json" ] || { echo "error: $T has no tokenizer.json (an HF folder, e.g. an SFT run's hf/)"; exit 2; }
+mkdir -p "$R"
 M=${MODEL:-$R/model-3b}
 if [ -z "${MODEL:-}" ] && [ ! -f "$M/config.json" ]; then
   python3 "$(dirname "$0")/random_model.py" --shape 3b --tokenizer "$T" --out "$M" || exit 1
