@@ -12,18 +12,15 @@ evaluation and picks nothing.
 EVAL, BASE_EVAL: eval.py's eval.out folders or their episode files; --split names the split the evaluation
 read, so problem ids find their requests. Prints a markdown table, then the rows as JSON lines.
 """
-import argparse
-import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from gsm8k_calculations import episodes, same_problems  # noqa: E402
+from gsm8k_calculations import read_inputs, report, same_problems  # noqa: E402
 from r1.compare import mcnemar  # noqa: E402
-from r1.config import USER_ERRORS, load_config, run_main  # noqa: E402
-from r1.tasks.data import load_rows  # noqa: E402
+from r1.config import run_main  # noqa: E402
 
 
 def table(kinds: dict, ev: dict, base: dict | None = None) -> list:
@@ -59,32 +56,8 @@ def markdown(rows: list) -> str:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("eval", help="eval.py's eval.out folder, or its episode file")
-    p.add_argument("--base", help="a baseline evaluation of the same problems (e.g. the SFT policy's)")
-    p.add_argument("--config", required=True, help="the config the evaluation ran with (its data.* keys)")
-    p.add_argument("--split", required=True, choices=("test", "val", "train"), help="the split it read")
-    a = p.parse_args(argv)
-    try:
-        cfg = load_config(a.config)
-        if cfg.data.task != "cli":
-            raise SystemExit(f"error: {a.config}: data.task is {cfg.data.task!r}; this script reads the "
-                             f"command-line task's request kinds")
-        rows = load_rows(cfg, a.split)
-    except USER_ERRORS as e:  # a wrong config path, a split the config has not (val without data.val_size)
-        raise SystemExit(f"error: {e}") from None
-    kinds = {r["id"]: r["kind"] for r in rows}
-    evals = []
-    for path in (a.eval, a.base):
-        try:
-            evals.append(None if path is None else episodes(path))
-        except (OSError, ValueError) as e:  # a wrong path, a damaged file: one line that names it
-            raise SystemExit(f"error: {e}" if path in str(e) else f"error: {path}: {e}") from None
-    rows = table(kinds, *evals)
-    print(markdown(rows))
-    for r in rows:
-        print(json.dumps(r))
-    return rows
+    rows, ev, base = read_inputs(argv, __doc__, lambda task: task == "cli", "the command-line task's request kinds")
+    return report(table({r["id"]: r["kind"] for r in rows}, ev, base), markdown)
 
 
 if __name__ == "__main__":

@@ -99,8 +99,12 @@ def markdown(rows: list) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def read_inputs(argv, doc: str, task_ok, reads: str) -> tuple:
+    """The command line this script and bench/cli_kinds.py share -> (the split's rows, the evaluation's
+    episodes, the baseline's or None); each mistake (a config of another task, a split it has not, a missing
+    or damaged file) exits with one line that names it. task_ok(data.task) says whether the task fits;
+    `reads` says what the script reads, for that line."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
     p.add_argument("eval", help="eval.py's eval.out folder, or its episode file")
     p.add_argument("--base", help="a baseline evaluation of the same problems (e.g. the SFT policy's)")
     p.add_argument("--config", required=True, help="the config the evaluation ran with (its data.* keys)")
@@ -108,27 +112,31 @@ def main(argv=None):
     a = p.parse_args(argv)
     try:
         cfg = load_config(a.config)
-        if not cfg.data.task.startswith("gsm8k"):
-            raise SystemExit(f"error: {a.config}: data.task is {cfg.data.task!r}; this script reads GSM8K's "
-                             f"reference solutions")
+        if not task_ok(cfg.data.task):
+            raise SystemExit(f"error: {a.config}: data.task is {cfg.data.task!r}; this script reads {reads}")
         rows = load_rows(cfg, a.split)
     except USER_ERRORS as e:  # a wrong config path, a split the config has not (val without data.val_size)
         raise SystemExit(f"error: {e}") from None
-    calc = calculations(rows)
     evals = []
     for path in (a.eval, a.base):
-        if path is None:
-            evals.append(None)
-            continue
         try:
-            evals.append(episodes(path))
+            evals.append(None if path is None else episodes(path))
         except (OSError, ValueError) as e:  # a wrong path, a damaged file: one line that names it
             raise SystemExit(f"error: {e}" if path in str(e) else f"error: {path}: {e}") from None
-    rows = table(calc, *evals)
-    print(markdown(rows))
+    return (rows, *evals)
+
+
+def report(rows: list, as_markdown) -> list:
+    """Print the table (as_markdown(rows)), then each row as a JSON line; return the rows."""
+    print(as_markdown(rows))
     for r in rows:
         print(json.dumps(r))
     return rows
+
+
+def main(argv=None):
+    rows, ev, base = read_inputs(argv, __doc__, lambda task: task.startswith("gsm8k"), "GSM8K's reference solutions")
+    return report(table(calculations(rows), ev, base), markdown)
 
 
 if __name__ == "__main__":
