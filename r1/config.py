@@ -50,11 +50,17 @@ USER_ERRORS = (ConfigError, FileNotFoundError, NotADirectoryError, IsADirectoryE
 
 def run_main(main) -> None:
     """Run a command's main() under the README's exit codes: a user error, raised as SystemExit("error:
-    ..."), prints that one line to stderr and exits with status 2; any other exit passes through."""
+    ..."), prints that one line to stderr and exits with status 2; any other exit passes through. Output
+    piped into a reader that stops early (`... | head`) ends the command quietly (status 141, as a shell's
+    own tools), not with a traceback."""
     import sys
 
     try:
         main()
+        sys.stdout.flush()  # a closed pipe shows here, or at exit where it could no longer be caught
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the interpreter's last flush succeeds
+        sys.exit(141)
     except SystemExit as e:
         if isinstance(e.code, str):
             print(e.code, file=sys.stderr)

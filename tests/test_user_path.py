@@ -3,6 +3,8 @@
 CPU, a tiny random model, seconds per test; no test reads a wall clock.
 """
 import os
+import subprocess
+import sys
 import textwrap
 import time
 
@@ -367,3 +369,16 @@ def test_eval_slots_do_not_exceed_the_rows_it_plays(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "kv cache 0.0 GiB (8 slots x" in out
     assert '"n": 8' in out.splitlines()[-1]
+
+
+def test_output_piped_into_a_reader_that_stops_early_ends_quietly(tmp_path):
+    """`python -m r1.trajectory show ... | head`: the reader closes the pipe; the command ends with status 141
+    and nothing on stderr, not a BrokenPipeError traceback (run_main)."""
+    script = tmp_path / "many_lines.py"
+    script.write_text("import sys\nsys.path.insert(0, %r)\nfrom r1.config import run_main\n"
+                      "run_main(lambda: [print('line', i) for i in range(200_000)])\n" % ROOT)
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline() == b"line 0\n"
+    proc.stdout.close()  # the reader stops, as head does
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141 and err == ""
