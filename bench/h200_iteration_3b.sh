@@ -3,7 +3,8 @@
 # A Qwen2.5-3B-shaped model with random weights and SmolLM2's vocabulary (bench/random_model.py: speed and memory
 # do not depend on the weights' values), configs/gsm8k_tool.yaml (PPO, critic, step GAE) at 32 prompts x 8:
 # bench/h200_iteration.sh's ppo-o0 then ppo-o1, STEPS iterations each, the GPU to itself. A random policy
-# never calls the calculator nor answers, so its episodes run to env.max_steps turns: the rollout's worst case.
+# rarely makes a tool call, so most episodes end after one turn of up to rollout.max_new_tokens (measured: 1.05
+# turns, 200 response tokens an episode; docs/results/iteration_3b), about a trained agent's 169 (recipe1), in fewer turns.
 # run.save=false: a 3B checkpoint with its critic and AdamW state is about 64 GiB, the device's whole disk.
 #   bench/h200_iteration_3b.sh TOKENIZER_DIR RESULTS_DIR   (TOKENIZER_DIR: an HF folder holding SmolLM2's
 #     tokenizer, e.g. an SFT run's hf/; results to bench/results/iteration_3b_h200.json unless SAVE is set)
