@@ -11,7 +11,9 @@ ranks.
 """
 import dataclasses
 from dataclasses import dataclass
+from itertools import chain
 
+import numpy as np
 import torch
 
 from r1 import distributed
@@ -158,7 +160,7 @@ def sampler_logprobs(trajs: list, tok_step: torch.Tensor) -> torch.Tensor:
     step's k-th stored logprob: k from a stable sort by step (vectorised: a Python loop over the tokens
     was slow at GSM8K-tool batch sizes, docs/LOG.md)."""
     steps = [s for t in trajs for s in t.steps]
-    logprobs = torch.tensor([lp for s in steps for lp in s.logprobs], dtype=torch.float32)
+    logprobs = torch.from_numpy(np.fromiter(chain.from_iterable(s.logprobs for s in steps), dtype=np.float32))
     if tok_step.numel() == 0:  # (no steps, or none scored)
         return logprobs[:0]
     lens = torch.tensor([len(s.response_ids) for s in steps])

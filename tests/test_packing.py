@@ -1,7 +1,7 @@
 """Packing steps into micro-batches: one packed sequence per append-only trajectory scores like one per step.
 
 Hand-built trajectories (append-only, one rewritten context, a single step,
-a partly masked response) on a tiny random float32 model. Causal attention
+a partly masked response) on a tiny random float64 model. Causal attention
 means a step's response logprobs and values cannot see what comes after
 it, so packing a trajectory into its last step's sequence must give the
 per-step numbers for every response token.
@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from r1.model import Transformer, tiny_config
-from r1.packing import collate, filler, sequences, split_by_tokens, step_order
+from bench.host_score import list_collate
+from r1.packing import MicroBatch, collate, filler, sequences, split_by_tokens, step_order
 from r1.trajectory import Step, Trajectory
 
 V = 97
@@ -48,7 +49,9 @@ def models():
     torch.manual_seed(0)
     cfg = tiny_config("llama", vocab_size=V, num_layers=2, hidden_size=32, intermediate_size=64, num_heads=4,
                       num_kv_heads=2, head_dim=8)
-    policy, critic = Transformer(cfg).float().eval(), Transformer(cfg, value_head=True).float().eval()
+    # float64: packing changes which tokens share a matmul, and in float32 that moved these large random logprobs by
+    # 1.05e-5 on one CPU (an AVX2 machine, 2026-12-02) and by less on others; in float64 it is far below 1e-9
+    policy, critic = Transformer(cfg).double().eval(), Transformer(cfg, value_head=True).double().eval()
     with torch.no_grad():  # large random weights: logprobs and values that vary from token to token
         for p in [*policy.parameters(), *critic.parameters()]:
             if p.dim() == 2:
@@ -85,12 +88,12 @@ def test_packed_equals_per_step(models):
     assert [p[0:2] + p[4:] for p in packed] == [s[0:2] + s[4:] for s in single]  # same tokens, same order
     lp_p, lp_s = torch.tensor([p[2] for p in packed]), torch.tensor([s[2] for s in single])
     v_p, v_s = torch.tensor([p[3] for p in packed]), torch.tensor([s[3] for s in single])
-    assert (lp_p - lp_s).abs().max() < 1e-5
-    assert (v_p - v_s).abs().max() < 1e-5
+    assert (lp_p - lp_s).abs().max() < 1e-9
+    assert (v_p - v_s).abs().max() < 1e-9
     assert lp_s.std() > 0.1 and v_s.std() > 0.01  # the model is not trivially constant
     assert sv_packed.keys() == sv_single.keys() == set(range(len(step_order(trajs))))
     for k in sv_single:
-        assert abs(sv_packed[k] - sv_single[k]) < 1e-5
+        assert abs(sv_packed[k] - sv_single[k]) < 1e-9
     # masks travel with their tokens: the forced token of trajectory 1, step 1 is the only 0
     masks = [(p[0], p[4]) for p in packed]
     assert [m for _, m in masks].count(0.0) == 1
@@ -102,7 +105,7 @@ def test_micro_batch_split_does_not_change_scores(models):
     whole = score(trajs, True, models)[0]
     split = score(trajs, True, models, max_tokens=12)[0]  # mostly one sequence per micro-batch
     assert [w[:2] for w in whole] == [s[:2] for s in split]
-    assert max(abs(w[2] - s[2]) for w, s in zip(whole, split)) < 1e-5
+    assert max(abs(w[2] - s[2]) for w, s in zip(whole, split)) < 1e-9
 
 
 def test_split_by_tokens_greedy():
@@ -150,3 +153,28 @@ def test_sampler_logprobs_follow_the_micro_batch_order():
             assert targets[len(want) - 1] == steps[g].response_ids[k]  # the logprob of that very token
         assert torch.equal(got, torch.tensor(want, dtype=torch.float32))
     assert sampler_logprobs(trajs, torch.zeros(0, dtype=torch.long)).numel() == 0
+
+
+@pytest.mark.parametrize("pack", [True, False])
+@pytest.mark.parametrize("max_tokens", [1, 12, 40, 10_000])
+def test_collate_matches_a_token_by_token_reference(pack, max_tokens):
+    rng = random.Random(max_tokens)
+    trajs = make_trajs()
+    for ti in range(6, 30):  # more, random: ragged steps, partial masks, some rewritten contexts
+        prompt, steps = ids(rng, rng.randrange(1, 9)), []
+        for _ in range(rng.randrange(1, 5)):
+            resp = ids(rng, rng.randrange(1, 7))
+            steps.append(Step(prompt, resp, [0.0] * len(resp), response_mask=[rng.choice([0, 1, 1]) for _ in resp]))
+            prompt = prompt + resp + ids(rng, rng.randrange(0, 4)) if rng.random() < 0.8 else ids(rng, 5)
+        trajs.append(Trajectory(f"r{ti}", ti, str(ti), steps))
+    order = step_order(trajs)
+    groups = split_by_tokens(sequences(trajs, pack_trajectories=pack), max_tokens)
+    assert len(groups) > 1 or max_tokens == 10_000
+    for group in groups:
+        mb, ref = collate(group, trajs, order, "cpu"), list_collate(group, trajs, order, "cpu")
+        for name in MicroBatch.__dataclass_fields__:
+            got, want = getattr(mb, name), getattr(ref, name)
+            if torch.is_tensor(want):
+                assert got.dtype == want.dtype and torch.equal(got, want), name
+            else:
+                assert type(got) is type(want) and got == want, name
