@@ -14,10 +14,13 @@ episode, as recipe1's 310k trained tokens over 512 episodes), random critic
 values and logprobs in place of the forwards. Prints each part's best of
 `repeats` (the least disturbed by other work on the machine) and one JSON line.
 
-Two lanes in the same run: r1's packing, and `list_collate`, the micro-batch
-built token by token from Python lists as r1/packing.py did until
-2026-12-02 (tests/test_packing.py holds both to the same tensors; the
-benchmark exits if they differ here).
+Also timed: check_episodes, the trainer's guard on every rollout (on the
+main thread, also under train.overlap). Two lanes in the same run: r1's
+code, and the code it replaced on 2026-12-02: `list_collate`, the
+micro-batch built token by token from Python lists (tests/test_packing.py
+holds both to the same tensors; the benchmark exits if they differ here),
+and check_episodes' step-by-step loop alone (trajectory._finish_bad,
+without the whole-batch check in front of it).
 """
 import argparse
 import json
@@ -35,7 +38,10 @@ from r1.credit import compute, credit_inputs, sampler_logprobs, score_metrics, s
 from r1.distributed import Dist  # noqa: E402
 from r1.learner import Scores  # noqa: E402
 from r1.packing import MicroBatch  # noqa: E402
-from r1.trajectory import Step, Trajectory  # noqa: E402
+from r1.trajectory import Step, Trajectory, _finish_bad, check_episodes  # noqa: E402
+
+
+VOCAB = 49152  # SmolLM2's
 
 
 def list_collate(seqs: list, trajs, order: dict, device) -> MicroBatch:
@@ -65,20 +71,24 @@ def episodes(n: int, group: int, seed: int = 0) -> list:
     rng = random.Random(seed)
     out = []
     for i in range(n):
-        prompt, steps = [rng.randrange(49152) for _ in range(300)], []
+        prompt, steps = [rng.randrange(VOCAB) for _ in range(300)], []
         for _ in range(rng.choice([2, 3, 4, 4, 5, 6])):
-            resp = [rng.randrange(49152) for _ in range(rng.randrange(30, 81))]
+            resp = [rng.randrange(VOCAB) for _ in range(rng.randrange(30, 81))]
             steps.append(Step(list(prompt), resp, [-rng.random() for _ in resp]))
-            prompt = prompt + resp + [rng.randrange(49152) for _ in range(12)]
+            prompt = prompt + resp + [rng.randrange(VOCAB) for _ in range(12)]
         steps[-1].reward, steps[-1].done = float(rng.random() < 0.1), True
         out.append(Trajectory(str(i), i // group, str(i // group), steps))
     return out
 
 
-def host_parts(trajs: list, cfg) -> tuple:
-    """Seconds of each host part of step 2 + 3 (the forwards replaced by random scores), and the plan."""
+def host_parts(trajs: list, cfg, check=check_episodes) -> tuple:
+    """Seconds of each host part of the episodes' check and step 2 + 3 (the forwards replaced by random
+    scores), and the plan."""
     algo, d, cpu = cfg.algo, Dist(rank=0, world=1, local_rank=0, device=torch.device("cpu")), torch.device("cpu")
     t, t0 = {}, time.perf_counter()
+    if check(trajs, VOCAB):
+        raise SystemExit("host_score: check_episodes found a bad step in the synthetic episodes")
+    t["check_episodes"], t0 = time.perf_counter() - t0, time.perf_counter()
     plan = packing.plan(trajs, algo.minibatches, 65536, cpu)
     t["plan"] = time.perf_counter() - t0
     scores = [Scores(torch.randn(mb.sel.numel()) - 1.0, None, torch.randn(mb.sel.numel()),
@@ -98,11 +108,12 @@ def host_parts(trajs: list, cfg) -> tuple:
     return t, plan
 
 
-def lane(trajs: list, cfg, repeats: int, collate) -> tuple:
-    """Best of `repeats` for each part, with packing.plan building its micro-batches with `collate`."""
+def lane(trajs: list, cfg, repeats: int, collate, check) -> tuple:
+    """Best of `repeats` for each part, with packing.plan building its micro-batches with `collate` and the
+    episodes checked by `check`."""
     kept, packing.collate = packing.collate, collate
     try:
-        runs = [host_parts(trajs, cfg) for _ in range(repeats)]
+        runs = [host_parts(trajs, cfg, check) for _ in range(repeats)]
     finally:
         packing.collate = kept
     return {k: min(r[0][k] for r in runs) for k in runs[0][0]}, runs[0][1]
@@ -126,8 +137,8 @@ def main(argv=None):
     cfg = load_config(a.config)
     n = a.episodes or cfg.rollout.prompts * cfg.rollout.n
     trajs = episodes(n, cfg.rollout.n)
-    r1_best, r1_plan = lane(trajs, cfg, a.repeats, packing.collate)
-    ref_best, ref_plan = lane(trajs, cfg, a.repeats, list_collate)
+    r1_best, r1_plan = lane(trajs, cfg, a.repeats, packing.collate, check_episodes)
+    ref_best, ref_plan = lane(trajs, cfg, a.repeats, list_collate, _finish_bad)
     if not same_plans(r1_plan, ref_plan):
         raise SystemExit("host_score: r1's packing and the list-built reference give different micro-batches")
     tokens = sum(mb.num_tokens for mb in r1_plan.micro_batches)

@@ -42,6 +42,9 @@ import os
 import re
 import zlib
 from dataclasses import dataclass, field, fields
+from itertools import chain
+
+import numpy as np
 
 
 @dataclass
@@ -172,6 +175,11 @@ def from_record(r: dict) -> Trajectory:
 
 def check_episodes(trajs: list, vocab_size: int) -> list:
     """Finish every episode at its first bad step (see the module docstring); returns [(uid, reason)]."""
+    return [] if _all_valid(trajs, vocab_size) else _finish_bad(trajs, vocab_size)
+
+
+def _finish_bad(trajs: list, vocab_size: int) -> list:
+    """check_episodes step by step: each episode's first bad step, and what is done to it."""
     bad = []
     for t in trajs:
         for k, s in enumerate(t.steps):
@@ -196,6 +204,29 @@ def check_episodes(trajs: list, vocab_size: int) -> list:
                 bad.append((t.uid, reason))
                 break
     return bad
+
+
+def _all_valid(trajs: list, vocab_size: int) -> bool:
+    """True only when check_episodes would find nothing: every step's logprobs are Python ints or floats,
+    finite, as many as its response ids, which are Python ints in [0, vocab_size), and every reward is a
+    finite number. Checked over the whole batch at once (check_episodes' element-by-element loop took about
+    0.1 s of host time per iteration at configs/gsm8k_tool.yaml's batch, docs/LOG.md); anything it cannot
+    vouch for, subclasses included, is left to that loop."""
+    steps = [s for t in trajs for s in t.steps]
+    if any(len(s.logprobs) != len(s.response_ids) for s in steps):
+        return False
+    if not {type(s.reward) for s in steps} <= {int, float} or not all(math.isfinite(s.reward) for s in steps):
+        return False
+    if not set(map(type, chain.from_iterable(s.logprobs for s in steps))) <= {int, float}:
+        return False
+    if not set(map(type, chain.from_iterable(s.response_ids for s in steps))) <= {int}:
+        return False
+    lp = np.fromiter(chain.from_iterable(s.logprobs for s in steps), dtype=np.float64)
+    try:
+        ids = np.fromiter(chain.from_iterable(s.response_ids for s in steps), dtype=np.int64)
+    except OverflowError:  # an id past int64: out of the vocabulary
+        return False
+    return bool(np.isfinite(lp).all()) and (ids.size == 0 or (int(ids.min()) >= 0 and int(ids.max()) < vocab_size))
 
 
 EVAL_FILE = "eval_trajectories.jsonl.gz"  # eval.py's greedy episodes in its eval.out folder (r1/evaluate.py)

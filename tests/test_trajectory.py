@@ -11,6 +11,7 @@ import random
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from r1.tokenizer import load_tokenizer
@@ -230,3 +231,60 @@ def test_common_prefix_equals_the_element_by_element_count():
         while naive < min(len(a), len(b)) and a[naive] == b[naive]:
             naive += 1
         assert common_prefix(a, b) == common_prefix(b, a) == naive, (a, b)
+
+
+class _Float(float):
+    pass
+
+
+DEFECTS = [  # (what, how a step is spoiled): the loop finishes the episode, except for the last four (it accepts them)
+    ("nan logprob", lambda s: s.logprobs.__setitem__(0, float("nan"))),
+    ("inf logprob", lambda s: s.logprobs.__setitem__(-1, float("-inf"))),
+    ("None logprob", lambda s: s.logprobs.__setitem__(0, None)),
+    ("str logprob", lambda s: s.logprobs.__setitem__(0, "-0.5")),
+    ("numpy float32 logprob", lambda s: s.logprobs.__setitem__(0, np.float32(-0.5))),
+    ("one logprob short", lambda s: s.logprobs.pop()),
+    ("negative id", lambda s: s.response_ids.__setitem__(0, -1)),
+    ("id = vocab", lambda s: s.response_ids.__setitem__(0, 50)),
+    ("id past int64", lambda s: s.response_ids.__setitem__(0, 2**70)),
+    ("nan reward", lambda s: setattr(s, "reward", float("nan"))),
+    ("None reward", lambda s: setattr(s, "reward", None)),
+    ("bool logprob", lambda s: s.logprobs.__setitem__(0, True)),
+    ("float subclass logprob", lambda s: s.logprobs.__setitem__(0, _Float(-0.5))),
+    ("float id", lambda s: s.response_ids.__setitem__(0, 3.0)),
+    ("bool reward", lambda s: setattr(s, "reward", True)),
+]
+ACCEPTED = {"bool logprob", "float subclass logprob", "float id", "bool reward"}
+
+
+@pytest.mark.parametrize("what,spoil", DEFECTS, ids=[d[0] for d in DEFECTS])
+def test_check_episodes_fast_path_agrees_with_the_step_by_step_loop(what, spoil):
+    """check_episodes' whole-batch check (_all_valid) only ever skips the loop when the loop would find
+    nothing: with one odd value anywhere, both give the same reasons and leave the same episodes."""
+    import copy
+
+    from r1.trajectory import _finish_bad, check_episodes
+
+    rng = random.Random(what)
+
+    def batch():
+        out = []
+        for i in range(6):
+            steps = []
+            for _ in range(rng.randrange(1, 4)):
+                resp = [rng.randrange(50) for _ in range(rng.randrange(1, 5))]
+                steps.append(Step([1, 2], resp, [-rng.random() for _ in resp], float(rng.random() < 0.5)))
+            out.append(Trajectory(str(i), i // 2, str(i // 2), steps))
+        return out
+
+    clean = batch()
+    assert check_episodes(copy.deepcopy(clean), 50) == [] == _finish_bad(copy.deepcopy(clean), 50)
+    for _ in range(4):
+        trajs = copy.deepcopy(clean)
+        t = trajs[rng.randrange(len(trajs))]
+        spoil(t.steps[rng.randrange(len(t.steps))])
+        a, b = copy.deepcopy(trajs), copy.deepcopy(trajs)
+        want = _finish_bad(b, 50)
+        assert check_episodes(a, 50) == want and bool(want) == (what not in ACCEPTED), what
+        assert [(x.uid, len(x.steps), x.termination, x.meta) for x in a] == \
+            [(x.uid, len(x.steps), x.termination, x.meta) for x in b]
