@@ -84,9 +84,9 @@ def split_by_tokens(seqs: list, max_tokens: int, size=lambda s: len(s.ids)) -> l
 
 
 def collate(seqs: list, trajs, order: dict, device) -> MicroBatch:
-    """Pack `seqs` into one micro-batch. Built with numpy from per-span lengths: a list of every token's
-    position, target and step turned into tensors by torch.tensor took 0.18 s of host time per iteration at
-    configs/gsm8k_tool.yaml's batch (bench/host_score.py), three to four times this (docs/LOG.md)."""
+    """Pack `seqs` into one micro-batch. Built with numpy from per-span lengths: lists of every token's id,
+    position, target and step turned into tensors by torch.tensor made packing 232 ms of host time per iteration
+    at configs/gsm8k_tool.yaml's batch, against 59 ms now (bench/host_score.py, docs/LOG.md 2026-12-02)."""
     lens = np.array([len(s.ids) for s in seqs], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(lens)])
     ids = np.fromiter(chain.from_iterable(s.ids for s in seqs), dtype=np.int64, count=int(offsets[-1]))
@@ -97,7 +97,13 @@ def collate(seqs: list, trajs, order: dict, device) -> MicroBatch:
     m = int(n.sum())
     sel = np.arange(m, dtype=np.int64) - np.repeat(np.cumsum(n) - n, n) + np.repeat(step_pos, n)
     steps = [trajs[key[0]].steps[key[1]] for _, key, _, _ in spans]
-    mask = np.fromiter(chain.from_iterable(st.mask for st in steps), dtype=np.float32, count=m)
+    mask = np.fromiter(chain.from_iterable(st.mask for st in steps), dtype=np.float32)
+    if mask.size != m:  # one step's response_mask is not as long as its response: name it
+        k = next(k for k, st in enumerate(steps) if len(st.mask) != len(st.response_ids))
+        raise ValueError(f"trajectory {trajs[spans[k][1][0]].uid!r} step {spans[k][1][1]}: response_mask has "
+                         f"{len(steps[k].mask)} values for {len(steps[k].response_ids)} response tokens")
+    if offsets[-1] >= 2**31:
+        raise ValueError(f"a micro-batch of {int(offsets[-1]):,} tokens: cu_seqlens are int32 (train.micro_tokens)")
     step_index = np.array([order[key] for _, key, _, _ in spans], dtype=np.int64)
     traj = np.array([key[0] for _, key, _, _ in spans], dtype=np.int64)
     t = lambda x: torch.from_numpy(x).to(device)  # noqa: E731

@@ -1,14 +1,17 @@
 """bench/host_score.py on a few episodes: both lanes run, their micro-batches are the same, and a lane that
 builds different ones stops the benchmark."""
 import dataclasses
+from pathlib import Path
 
 import pytest
 
 from bench import host_score
 
+CONFIG = str(Path(__file__).resolve().parent.parent / "configs" / "gsm8k_tool.yaml")
+
 
 def test_host_score_lanes_agree_and_are_timed():
-    r = host_score.main(["--episodes", "16", "--repeats", "1"])
+    r = host_score.main(["--config", CONFIG, "--episodes", "16", "--repeats", "1"])
     assert r["episodes"] == 16 and r["tokens"] > 16 * 300
     assert r["total_s"] > 0 and r["lists_total_s"] > 0 and r["plan_s"] > 0
 
@@ -22,9 +25,9 @@ def test_host_score_refuses_lanes_that_differ(monkeypatch):
 
     monkeypatch.setattr(host_score, "list_collate", off_by_one)
     with pytest.raises(SystemExit, match="different micro-batches"):
-        host_score.main(["--episodes", "8", "--repeats", "1"])
+        host_score.main(["--config", CONFIG, "--episodes", "8", "--repeats", "1"])
 
 
 def test_host_score_refuses_zero_repeats():
     with pytest.raises(SystemExit, match="--repeats must be at least 1"):
-        host_score.main(["--repeats", "0"])
+        host_score.main(["--config", CONFIG, "--repeats", "0"])

@@ -68,7 +68,6 @@ def score(trajs, pack, models, max_tokens=10_000):
     tok, step_val, n_tokens = [], {}, 0
     for group in split_by_tokens(seqs, max_tokens):
         mb = collate(group, trajs, order, "cpu")
-        assert torch.equal(mb.input_ids[mb.sel + 1], mb.targets)  # the logits at j score token j + 1
         logp, _ = policy(mb.input_ids, mb.position_ids, mb.cu_seqlens, mb.max_seqlen, sel=mb.sel, targets=mb.targets)
         v = critic(mb.input_ids, mb.position_ids, mb.cu_seqlens, mb.max_seqlen)
         tok += list(zip(mb.tok_step.tolist(), mb.tok_traj.tolist(), logp.tolist(), v[mb.sel].tolist(),
@@ -178,3 +177,11 @@ def test_collate_matches_a_token_by_token_reference(pack, max_tokens):
                 assert got.dtype == want.dtype and torch.equal(got, want), name
             else:
                 assert type(got) is type(want) and got == want, name
+
+
+def test_a_response_mask_of_the_wrong_length_is_named():
+    trajs = make_trajs()
+    trajs[2].steps[1].response_mask = trajs[2].steps[1].mask + [1]
+    order = step_order(trajs)
+    with pytest.raises(ValueError, match=r"trajectory 'a2' step 1: response_mask has 6 values for 5 response tokens"):
+        collate(sequences(trajs), trajs, order, "cpu")

@@ -247,6 +247,9 @@ DEFECTS = [  # (what, how a step is spoiled): the loop finishes the episode, exc
     ("negative id", lambda s: s.response_ids.__setitem__(0, -1)),
     ("id = vocab", lambda s: s.response_ids.__setitem__(0, 50)),
     ("id past int64", lambda s: s.response_ids.__setitem__(0, 2**70)),
+    ("nan, then an int too large for a float", lambda s: (s.response_ids.__setitem__(slice(None), [3, 4]),
+                                                         s.logprobs.__setitem__(slice(None), [float("nan"), 10**400]))),
+    ("bad id, reward too large for a float", lambda s: (s.response_ids.__setitem__(0, 99), setattr(s, "reward", 10**400))),
     ("nan reward", lambda s: setattr(s, "reward", float("nan"))),
     ("None reward", lambda s: setattr(s, "reward", None)),
     ("bool logprob", lambda s: s.logprobs.__setitem__(0, True)),
@@ -263,7 +266,7 @@ def test_check_episodes_fast_path_agrees_with_the_step_by_step_loop(what, spoil)
     nothing: with one odd value anywhere, both give the same reasons and leave the same episodes."""
     import copy
 
-    from r1.trajectory import _finish_bad, check_episodes
+    from r1.trajectory import _all_valid, _finish_bad, check_episodes
 
     rng = random.Random(what)
 
@@ -278,6 +281,7 @@ def test_check_episodes_fast_path_agrees_with_the_step_by_step_loop(what, spoil)
         return out
 
     clean = batch()
+    assert _all_valid(clean, 50)  # the fast path is taken on a clean batch
     assert check_episodes(copy.deepcopy(clean), 50) == [] == _finish_bad(copy.deepcopy(clean), 50)
     for _ in range(4):
         trajs = copy.deepcopy(clean)
