@@ -33,7 +33,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from r1 import packing  # noqa: E402
-from r1.config import load_config, run_main  # noqa: E402
+from r1.config import USER_ERRORS, load_config, run_main  # noqa: E402
 from r1.credit import compute, credit_inputs, sampler_logprobs, score_metrics, step_rewards  # noqa: E402
 from r1.distributed import Dist  # noqa: E402
 from r1.learner import Scores  # noqa: E402
@@ -133,8 +133,13 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=5)
     a = p.parse_args(argv)
     if a.repeats < 1:
-        raise SystemExit(f"--repeats must be at least 1, not {a.repeats}")
-    cfg = load_config(a.config)
+        raise SystemExit(f"error: --repeats must be at least 1, not {a.repeats}")
+    if a.episodes < 0:
+        raise SystemExit(f"error: --episodes must be at least 1 (0: the config's), not {a.episodes}")
+    try:
+        cfg = load_config(a.config)
+    except USER_ERRORS as e:  # a wrong config path or key
+        raise SystemExit(f"error: {e}") from None
     n = a.episodes or cfg.rollout.prompts * cfg.rollout.n
     trajs = episodes(n, cfg.rollout.n)
     r1_best, r1_plan = lane(trajs, cfg, a.repeats, packing.collate, check_episodes)

@@ -29,5 +29,13 @@ def test_host_score_refuses_lanes_that_differ(monkeypatch):
 
 
 def test_host_score_refuses_zero_repeats():
-    with pytest.raises(SystemExit, match="--repeats must be at least 1"):
+    with pytest.raises(SystemExit, match="error: --repeats must be at least 1"):
         host_score.main(["--config", CONFIG, "--repeats", "0"])
+
+
+@pytest.mark.parametrize("args,says", [(["--episodes", "-3"], "--episodes must be at least 1"),
+                                       (["--config", "configs/nope.yaml"], "config file not found: configs/nope.yaml")])
+def test_host_score_refuses_bad_arguments_in_one_line(args, says):
+    with pytest.raises(SystemExit, match=says) as e:
+        host_score.main((["--config", CONFIG] if "--config" not in args else []) + args)
+    assert str(e.value.code).startswith("error: ") and "\n" not in str(e.value.code)
