@@ -87,9 +87,9 @@ def host_parts(trajs: list, cfg, check=check_episodes) -> tuple:
     algo, d, cpu = cfg.algo, Dist(rank=0, world=1, local_rank=0, device=torch.device("cpu")), torch.device("cpu")
     t, t0 = {}, time.perf_counter()
     if check(trajs, VOCAB):
-        raise SystemExit("host_score: check_episodes found a bad step in the synthetic episodes")
+        raise SystemExit("error: host_score: check_episodes found a bad step in the synthetic episodes")
     t["check_episodes"], t0 = time.perf_counter() - t0, time.perf_counter()
-    plan = packing.plan(trajs, algo.minibatches, 65536, cpu)
+    plan = packing.plan(trajs, algo.minibatches, 65536, cpu)  # the micro_tokens `auto` picks for 135M on an H200
     t["plan"] = time.perf_counter() - t0
     scores = [Scores(torch.randn(mb.sel.numel()) - 1.0, None, torch.randn(mb.sel.numel()),
                      torch.randn(mb.step_pos.numel())) for mb in plan.micro_batches]
@@ -120,6 +120,7 @@ def lane(trajs: list, cfg, repeats: int, collate, check) -> tuple:
 
 
 def same_plans(a, b) -> bool:
+    """Every micro-batch of the two plans has the same fields: tensors equal in value and dtype."""
     return len(a.micro_batches) == len(b.micro_batches) and all(
         all(torch.equal(x, y) and x.dtype == y.dtype if torch.is_tensor(x) else x == y
             for x, y in ((getattr(m, f), getattr(n, f)) for f in MicroBatch.__dataclass_fields__))
@@ -145,7 +146,7 @@ def main(argv=None):
     r1_best, r1_plan = lane(trajs, cfg, a.repeats, packing.collate, check_episodes)
     ref_best, ref_plan = lane(trajs, cfg, a.repeats, list_collate, _finish_bad)
     if not same_plans(r1_plan, ref_plan):
-        raise SystemExit("host_score: r1's packing and the list-built reference give different micro-batches")
+        raise SystemExit("error: host_score: r1's packing and the list-built reference give different micro-batches")
     tokens = sum(mb.num_tokens for mb in r1_plan.micro_batches)
     print(f"{'':>17}  {'r1':>9}  {'lists':>9}   (ms, best of {a.repeats}; {n} episodes, {tokens:,} tokens)")
     for k in r1_best:
