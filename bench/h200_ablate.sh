@@ -24,6 +24,7 @@
 #     never used to choose, which the validation table does)
 #   python bench/ablation_table.py RESULTS_DIR            # the README table and the PNG curves, afterwards
 set -u
+[ $# -ge 2 ] || { echo "usage: bench/h200_ablate.sh SFT_HF RESULTS_DIR [RECIPE] (see the comment at its top)"; exit 2; }
 S=$1; R=$2; REC=${3:-configs/gsm8k_tool_30min.yaml}; mkdir -p "$R"
 T=${ABL_TIME:-300}; X=${EXTRA:-}
 read -r -a gpus <<< "${GPUS:-}"; G=${#gpus[@]}  # GPUS="0 1": lane k of a wave on GPU gpus[k % G]

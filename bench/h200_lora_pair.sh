@@ -9,6 +9,7 @@
 #   setsid nohup bash bench/h200_lora_pair.sh MODEL.gguf RESULTS_DIR [CONFIG] &     env: ABL_TIME (RL seconds a
 #     lane, default 450), SFT_STEPS (default 872, the recipe's), EXTRA (overrides for every command: a CPU dry run)
 set -u
+[ $# -ge 2 ] || { echo "usage: bench/h200_lora_pair.sh MODEL RESULTS_DIR [CONFIG] (see the comment at its top)"; exit 2; }
 M=$1; R=$2; CFG=${3:-configs/gsm8k_tool_30min.yaml}; mkdir -p "$R"
 . "$(dirname "$0")/phases.sh"  # log, phase
 log "begin: lora pair, $(python3 -c 'import torch; print(torch.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu")') $CFG"

@@ -7,6 +7,7 @@
 #   bench/results/learning_h200.json, where it is saved by default, stays as it is)    (over 10 minutes: follow it with
 #   calls of `bench/h200_wait.sh RESULTS_DIR . $OUT`, which end when the job ends, and pack the results)
 set -u
+[ $# -ge 2 ] || { echo "usage: bench/h200_recipe.sh MODEL RESULTS_DIR [CONFIG] (see the comment at its top)"; exit 2; }
 M=$1; R=$2; CFG=${3:-configs/gsm8k_tool_30min.yaml}; mkdir -p "$R"
 . "$(dirname "$0")/phases.sh"  # log, phase
 log "begin: $(python3 -c 'import torch; print(torch.__version__, torch.cuda.get_device_name())') $CFG"

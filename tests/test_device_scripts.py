@@ -90,3 +90,14 @@ def test_phases_record_the_job_pid_and_a_begin_line(tmp_path):
     pid = r.stderr.strip()
     assert (tmp_path / "job.pid").read_text().strip() == pid
     assert (tmp_path / "progress.txt").read_text().splitlines()[-1].endswith(f"begin: job pid {pid}")
+
+
+@pytest.mark.parametrize("script", ["h200_lora_pair.sh", "h200_ablate.sh", "h200_recipe.sh", "h200_iteration_3b.sh"])
+def test_job_scripts_without_their_folders_print_usage(tmp_path, script):
+    """A job started with too few arguments says how to call it in one line (not 'unbound variable'), writes
+    nothing and exits 2: on the device that mistake would otherwise cost a call."""
+    r = subprocess.run(["bash", os.path.join(ROOT, "bench", script), str(tmp_path / "model")], capture_output=True,
+                       text=True, timeout=60, cwd=tmp_path)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stdout.startswith(f"usage: bench/{script} ") and len(r.stdout.splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
