@@ -13,8 +13,11 @@
 #        overlap; the medians of iterations 2..STEPS barely move for one slower iteration. Under overlap each
 #        phase's busy time includes the rollout thread's kernels, and the report, written while the next
 #        rollout plays, slows iteration N+1 too)
+#        SFT_STEPS=N (MODEL is the GGUF: first the SFT these runs start from, N steps x 32 chats at lr 5e-5 into
+#        RESULTS_DIR/sft, as the fifteenth session did by hand with 467; then MODEL is its hf/)
 #   (in the background, then calls of `bench/h200_wait.sh RESULTS_DIR . $OUT`; with an SFT first, about 700 s)
 set -u
+[ $# -eq 2 ] || { echo "usage: bench/h200_iteration.sh MODEL RESULTS_DIR (see the comment at its top)"; exit 2; }
 M=$1; R=$2; mkdir -p "$R"
 STEPS=${STEPS:-12}; X=${EXTRA:-}; SAVE=${SAVE-bench/results/iteration_h200.json}
 C="--config configs/gsm8k_tool.yaml log.progress=false log.trajectories=false train.sft_steps=0 eval.every=0"
@@ -27,6 +30,11 @@ run() {  # name overrides...
   phase "$name" python3 train.py $C model.path="$M" run.dir="$R/$name" "$@" $X
 }
 log "begin: $(python3 -c 'import torch; print(torch.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu")')"
+if [ -n "${SFT_STEPS:-}" ]; then
+  phase sft python3 train.py --config configs/gsm8k_tool.yaml model.path="$M" run.dir="$R/sft" train.stage=sft \
+    train.sft_steps=0 train.steps="$SFT_STEPS" train.lr=5e-5 log.progress=false $X || exit 1
+  M="$R/sft/hf"
+fi
 run ppo-o0
 run ppo-o1 $OV
 run grpo-o0 algo.advantage=grpo
