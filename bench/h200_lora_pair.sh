@@ -8,8 +8,11 @@
 # are the ablation file's, chosen before the run (its comment says why).
 #   setsid nohup bash bench/h200_lora_pair.sh MODEL.gguf RESULTS_DIR [CONFIG] &     env: ABL_TIME (RL seconds a
 #     lane, default 450), SFT_STEPS (default 872, the recipe's), EXTRA (overrides for every command: a CPU dry run)
+#   Run it from the repository root. Started again on the same folder it skips the phases marked done; a phase cut
+#   short left its run folder behind, which train.py refuses to overwrite: remove that folder first.
 set -u
 [ $# -ge 2 ] || { echo "usage: bench/h200_lora_pair.sh MODEL RESULTS_DIR [CONFIG] (see the comment at its top)"; exit 2; }
+[ -e configs/ablations/lora.yaml ] || { echo "bench/h200_lora_pair.sh: run it from the repository root (no configs/ablations/lora.yaml here)"; exit 2; }
 M=$1; R=$2; CFG=${3:-configs/gsm8k_tool_30min.yaml}; mkdir -p "$R"
 . "$(dirname "$0")/phases.sh"  # log, phase
 log "begin: lora pair, $(python3 -c 'import torch; print(torch.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu")') $CFG"

@@ -102,3 +102,20 @@ def test_job_scripts_without_their_folders_print_usage(tmp_path, script):
     assert r.returncode == 2, r.stdout + r.stderr
     assert r.stdout.startswith(f"usage: bench/{script} ") and len(r.stdout.splitlines()) == 1
     assert list(tmp_path.iterdir()) == []
+
+
+def test_ablate_refuses_an_unknown_lane_before_it_writes(tmp_path):
+    """A misspelled ONLY name ran the recipe's lane alone, a device session spent on the wrong table."""
+    env = dict(os.environ, ONLY="lora lorra")
+    r = subprocess.run(["bash", os.path.join(ROOT, "bench", "h200_ablate.sh"), "sft", str(tmp_path / "res")],
+                       capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+    assert r.returncode == 2 and r.stdout.strip() == "bench/h200_ablate.sh: ONLY names lorra, not in configs/ablations/"
+    assert not (tmp_path / "res").exists()
+
+
+@pytest.mark.parametrize("script", ["h200_ablate.sh", "h200_lora_pair.sh"])
+def test_job_scripts_outside_the_repository_root_say_so(tmp_path, script):
+    r = subprocess.run(["bash", os.path.join(ROOT, "bench", script), "m", str(tmp_path / "res")], capture_output=True,
+                       text=True, timeout=60, cwd=tmp_path)
+    assert r.returncode == 2 and "run it from the repository root" in r.stdout
+    assert not (tmp_path / "res").exists()
