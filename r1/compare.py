@@ -6,7 +6,9 @@ Accuracy differences of a few points on GSM8K's 1,319 problems are within
 noise unless paired: both models answered the same problems, so what counts
 is how many problems B solved that A missed (gained) against the reverse
 (lost). McNemar's test on those two counts, normal approximation with no
-continuity correction, two-sided p. Reads the greedy trajectories eval.py
+continuity correction, two-sided p; beside it `p_exact`, the exact test
+(two-sided binomial with p = 1/2 on the discordant pairs), which is the one
+to read when gained + lost is small (10 / 0: p = 0.0016, p_exact = 0.0020). Reads the greedy trajectories eval.py
 writes (`eval_trajectories.jsonl.gz` in an eval.out folder, or the file
 itself) and scores each with the trainer's own rule (r1/rollout_stats.py `traj_stats`), so
 "correct" means exactly what the accuracy in eval.json means.
@@ -29,6 +31,14 @@ def correct_by_problem(path: str) -> dict:
     return out
 
 
+def exact_p(gained: int, lost: int) -> float:
+    """Two-sided exact McNemar p: twice the binomial(gained + lost, 1/2) tail at min(gained, lost), at most 1;
+    integer arithmetic, one rounding."""
+    n = gained + lost
+    tail = sum(math.comb(n, i) for i in range(min(gained, lost) + 1))
+    return min(1.0, 2 * tail / 2 ** n) if n else 1.0
+
+
 def mcnemar(a: dict, b: dict) -> dict:
     """Paired counts and test over the problems both evaluations share (an error if they share none)."""
     common = sorted(set(a) & set(b))
@@ -41,7 +51,7 @@ def mcnemar(a: dict, b: dict) -> dict:
     return {"n": n, "only_in_a": len(set(a) - set(b)), "only_in_b": len(set(b) - set(a)),
             "acc_a": sum(a[k] for k in common) / n, "acc_b": sum(b[k] for k in common) / n,
             "delta_points": 100 * (gained - lost) / n, "gained": gained, "lost": lost,
-            "z": z, "p": math.erfc(abs(z) / math.sqrt(2))}
+            "z": z, "p": math.erfc(abs(z) / math.sqrt(2)), "p_exact": exact_p(gained, lost)}
 
 
 def main(argv=None):
@@ -60,7 +70,8 @@ def main(argv=None):
     except ValueError as e:  # evals of different problems
         raise SystemExit(f"error: {e}") from None
     print(f"{r['n']} problems: {100 * r['acc_a']:.2f}% -> {100 * r['acc_b']:.2f}% ({r['delta_points']:+.2f} points), "
-          f"gained {r['gained']}, lost {r['lost']}, McNemar z = {r['z']:.2f}, p = {r['p']:.3g}")
+          f"gained {r['gained']}, lost {r['lost']}, McNemar z = {r['z']:.2f}, p = {r['p']:.3g} "
+          f"(exact {r['p_exact']:.3g})")
     print(json.dumps(r))
     return r
 

@@ -130,6 +130,24 @@ def test_pass_at_k_known_values():
                 assert pass_at_k(n, c, k) == pytest.approx(brute_pass_at_k(n, c, k)), (n, c, k)
 
 
+def test_exact_mcnemar_p_against_a_float64_binomial_sum():
+    """The exact test against the binomial tail summed term by term in float64, both tails, small and large n; its
+    known values (10 / 0 -> 2 / 1024); symmetric; 1 when nothing differs or the counts are equal."""
+    from r1.compare import exact_p
+
+    def ref(g, l):  # the pmf from log-gamma: no integer beyond a float's range
+        n = g + l
+        pmf = [math.exp(math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) - n * math.log(2))
+               for i in range(n + 1)]
+        lo, hi = sum(pmf[: min(g, l) + 1]), sum(pmf[max(g, l):])
+        return min(1.0, lo + hi)
+
+    for g, l in [(10, 0), (5, 2), (48, 75), (101, 48), (0, 1), (3, 3), (20, 27), (700, 650)]:
+        assert exact_p(g, l) == pytest.approx(ref(g, l), rel=1e-9, abs=1e-300), (g, l)
+        assert exact_p(g, l) == exact_p(l, g)
+    assert exact_p(10, 0) == 2 / 1024 and exact_p(0, 0) == 1.0 and exact_p(4, 4) == 1.0
+
+
 def test_compare_counts_paired_gains_and_losses(tmp_path, capsys):
     """r1.compare on two saved evals: gained/lost by hand, McNemar z and p against a float64 formula,
     problems present in one eval only are reported, not compared; a duplicate problem id is an error."""
@@ -150,6 +168,7 @@ def test_compare_counts_paired_gains_and_losses(tmp_path, capsys):
     assert (r["acc_a"], r["acc_b"]) == (0.4, 0.7) and abs(r["delta_points"] - 30.0) < 1e-12
     z = 3 / math.sqrt(7)
     assert abs(r["z"] - z) < 1e-12 and abs(r["p"] - math.erfc(z / math.sqrt(2))) < 1e-12
+    assert abs(r["p_exact"] - 2 * (1 + 7 + 21) / 2 ** 7) < 1e-15  # 2 P(X <= 2), X ~ Bin(7, 1/2)
     assert "gained 5, lost 2" in capsys.readouterr().out
     save_trajs(b + [ans("dup", "3", True)], str(tmp_path / "dup.jsonl.gz"))
     with pytest.raises(ValueError, match="appears twice"):
