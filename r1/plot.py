@@ -1,8 +1,12 @@
 """Plot reward and held-out accuracy against iteration from one or more runs' metrics.jsonl.
 
-    python -m r1.plot runs/ppo runs/grpo --out docs/curves.png [--keys reward_mean,eval_accuracy]
+    python -m r1.plot runs/ppo runs/grpo --out docs/curves.png [--keys reward_mean,eval_accuracy] [--x time]
 
-One panel per key, one line per run (labelled by folder name). Reads only
+One panel per key, one line per run (labelled by folder name). `--x time`
+puts the run's seconds (`time_elapsed`) on the x axis instead of the
+iteration: runs compared at equal time (an ablation, LoRA against full
+fine-tuning) are read there, since one run's iteration can take longer than
+another's. The held-out read before RL (iteration 0) sits at 0 s. Reads only
 metrics.jsonl, so it works on a run that is still going or was copied off
 the GPU machine. matplotlib is imported lazily (a dev requirement).
 """
@@ -54,8 +58,17 @@ def check_keys(runs: list, keys: list):
                          f"{', '.join(sorted(have)) or 'none (no numeric metrics yet)'}")
 
 
-def series(rows: list, key: str) -> tuple:
-    pts = [(r["iter"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+def series(rows: list, key: str, x: str = "iter") -> tuple:
+    """(xs, ys) of `key`; x="time": the seconds of the row's iteration (`time_elapsed`, 0 for iteration 0; a
+    point whose iteration has no time is left out)."""
+    seconds = {0: 0.0}
+    if x == "time":
+        for r in rows:
+            if isinstance(r.get("time_elapsed"), (int, float)):
+                seconds.setdefault(r["iter"], r["time_elapsed"])
+    pts = [(r["iter"] if x == "iter" else seconds.get(r["iter"]), r[key]) for r in rows
+           if isinstance(r.get(key), (int, float))]
+    pts = [p for p in pts if p[0] is not None]
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
@@ -66,7 +79,7 @@ def moving_average(y: list, n: int) -> list:
     return [sum(y[max(0, i - n + 1): i + 1]) / (i + 1 - max(0, i - n + 1)) for i in range(len(y))]
 
 
-def plot(runs: list, keys: list, out: str, smooth: int = 1):
+def plot(runs: list, keys: list, out: str, smooth: int = 1, x_axis: str = "iter"):
     check_keys(runs, keys)
     import matplotlib
 
@@ -77,7 +90,7 @@ def plot(runs: list, keys: list, out: str, smooth: int = 1):
     fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 3.6), squeeze=False)
     for ax, key in zip(axes[0], keys):
         for run in runs:
-            x, y = series(read_metrics(run), key)
+            x, y = series(read_metrics(run), key, x_axis)
             if x:
                 name = os.path.basename(os.path.normpath(run))
                 line, = ax.plot(x, y, marker="o", markersize=3, alpha=0.35 if smooth > 1 else 1.0,
@@ -85,8 +98,9 @@ def plot(runs: list, keys: list, out: str, smooth: int = 1):
                 if smooth > 1:
                     ax.plot(x, moving_average(y, smooth), color=line.get_color(), label=f"{name} (mean of {smooth})")
         ax.set_title(key)
-        ax.set_xlabel("iteration")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # iterations are whole numbers: no 1.25 ticks
+        ax.set_xlabel("iteration" if x_axis == "iter" else "seconds (time_elapsed)")
+        if x_axis == "iter":
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # iterations are whole numbers: no 1.25 ticks
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
@@ -102,13 +116,15 @@ def main(argv=None):
     p.add_argument("--keys", default=None, help="comma-separated metric keys (default: reward_mean and, where a "
                    "run has it, eval_accuracy); a key no run has is an error")
     p.add_argument("--smooth", type=int, default=1, help="also draw a moving average over this many points")
+    p.add_argument("--x", choices=["iter", "time"], default="iter", help="the x axis: iteration (default) or the "
+                   "run's seconds (time_elapsed), for runs compared at equal time")
     a = p.parse_args(argv)
     if a.keys is None:
         have = {k for run in a.runs for r in read_metrics(run) for k in r}
         keys = ["reward_mean"] + (["eval_accuracy"] if "eval_accuracy" in have else [])
     else:
         keys = [k.strip() for k in a.keys.split(",") if k.strip()]
-    print(plot(a.runs, keys, a.out, a.smooth))
+    print(plot(a.runs, keys, a.out, a.smooth, a.x))
 
 
 if __name__ == "__main__":

@@ -39,3 +39,29 @@ def test_moving_average_by_hand():
     assert moving_average([1.0, 2.0, 3.0, 4.0], 2) == [1.0, 1.5, 2.5, 3.5]
     assert moving_average([1.0, 3.0], 5) == [1.0, 2.0]
     assert moving_average([1.0, 3.0], 1) == [1.0, 3.0]
+
+
+def test_series_against_time_puts_each_point_at_its_iterations_seconds():
+    """--x time: a point at its iteration's time_elapsed (the held-out read of iteration 0 at 0 s, an eval row that
+    shares its iteration's line or comes on a line of its own), a point whose iteration has no time left out."""
+    from r1.plot import series
+
+    rows = [{"iter": 0, "eval_accuracy": 0.09},
+            {"iter": 1, "reward_mean": 0.1, "time_elapsed": 16.8},
+            {"iter": 2, "reward_mean": 0.2, "time_elapsed": 22.5, "eval_accuracy": 0.1},
+            {"iter": 3, "eval_accuracy": 0.12}, {"iter": 3, "reward_mean": 0.3, "time_elapsed": 28.4},
+            {"iter": 4, "eval_accuracy": 0.2}]
+    assert series(rows, "reward_mean", "time") == ([16.8, 22.5, 28.4], [0.1, 0.2, 0.3])
+    assert series(rows, "eval_accuracy", "time") == ([0.0, 22.5, 28.4], [0.09, 0.1, 0.12])
+    assert series(rows, "eval_accuracy") == ([0, 2, 3, 4], [0.09, 0.1, 0.12, 0.2])
+
+
+def test_plot_cli_against_time_writes_a_png(tmp_path):
+    from r1 import plot
+
+    os.makedirs(tmp_path / "run")
+    with open(tmp_path / "run" / "metrics.jsonl", "w") as f:
+        for i in (1, 2, 3):
+            f.write(json.dumps({"iter": i, "reward_mean": 0.1 * i, "time_elapsed": 5.5 * i}) + "\n")
+    plot.main([str(tmp_path / "run"), "--out", str(tmp_path / "t.png"), "--x", "time"])
+    assert (tmp_path / "t.png").read_bytes()[:4] == b"\x89PNG"
