@@ -3,7 +3,11 @@
 model.path may be an HF folder, a .gguf, the short name, or a run folder
 (its hf/ export is used; a run without one is a one-line error that says
 how to export it, and an hf/ older than the run's latest checkpoint is used
-with a one-line warning). No trainer is built: an actor alone (r1/actor.py
+with a one-line warning). A LoRA run folder (model.lora_generator: adapters)
+is evaluated as its generator ran: its base with adapter/ unmerged
+(eval.adapter), since the merged hf/ export, bf16 on a GPU, rounds small
+adapter updates away (bench/lora_precision.py); where its base is gone, hf/
+with a warning. No trainer is built: an actor alone (r1/actor.py
 `standalone`: the model in the rollout dtype and its generator) plays the
 episodes of r1/evaluate.py. Prints one final JSON line with accuracy, n,
 mean_turns, mean_tool_calls, malformed_rate, mean_response_len (and
@@ -31,10 +35,18 @@ def main(argv=None):
         sys.exit(f"error: {e}")
     path = cfg.model.path
     try:
-        cfg.model.path = run_export(path)
+        base = None if cfg.eval.adapter else lora_run_base(path)
+        if base:
+            cfg.model.path, cfg.eval.adapter = base, os.path.join(path, "adapter")
+            print(f"evaluating {path} as its generator ran: its base {base} with {cfg.eval.adapter} unmerged",
+                  file=sys.stderr)
+        else:
+            cfg.model.path = run_export(path)
     except ConfigError as e:
         sys.exit(f"error: {e}")
     out = cfg.eval.out or os.path.join("runs", f"eval-{time.strftime('%Y%m%d-%H%M%S')}")
+    if os.path.exists(out) and not os.path.isdir(out):
+        sys.exit(f"error: eval.out {out} exists and is not a folder (nothing was overwritten)")
     if os.path.exists(out) and os.listdir(out):
         sys.exit(f"error: eval.out {out} exists and is not empty (nothing was overwritten)")
     cfg.run.dir = out
@@ -74,12 +86,42 @@ def main(argv=None):
     res["split"] = cfg.eval.split
     if actor.d.main:
         write_text(os.path.join(out, "config.yaml"), dump(cfg))  # the resolved config beside its results
+        write_text(os.path.join(out, "eval.json"), json.dumps(res, indent=1) + "\n")  # with model, task, split
         from r1.trajectory import EVAL_FILE
 
         print(f"wrote {os.path.join(out, 'eval.json')} and the greedy episodes, "
               f"{os.path.join(out, EVAL_FILE)} (read one: python -m r1.trajectory show {out} "
               f"--index 0)", file=sys.stderr, flush=True)
         print(json.dumps(res), flush=True)
+
+
+def lora_run_base(path: str) -> str | None:
+    """The base model of a LoRA run folder whose generator ran the adapters unmerged (its config.yaml's
+    model.path), when path is one with adapter/ and that base is still there; else None (hf/ is evaluated).
+    A base that is gone is a warning line: the merged hf/ then stands in."""
+    import yaml
+
+    conf, adapter = os.path.join(path, "config.yaml"), os.path.join(path, "adapter")
+    if not (os.path.isdir(path) and os.path.isfile(conf) and os.path.isdir(adapter)):
+        return None
+    try:
+        with open(conf, encoding="utf-8") as f:
+            model = (yaml.safe_load(f) or {}).get("model") or {}
+    except (OSError, yaml.YAMLError):
+        return None  # run_export and the loader say what is wrong with the folder
+    base = model.get("path")
+    if not model.get("lora_rank") or model.get("lora_generator", "adapters") != "adapters" or not base:
+        return None
+    from r1.weights import resolve
+
+    try:
+        if base != "tiny":  # the random tiny model is rebuilt from run.seed, as the run built it
+            resolve(base)
+    except OSError:
+        print(f"warning: {path}'s base {base} is not here: evaluating its merged hf/ export instead, which "
+              f"rounds small adapter updates away in bf16", file=sys.stderr)
+        return None
+    return base
 
 
 def run_export(path: str) -> str:

@@ -19,10 +19,25 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 
 def _lines(path):
+    """The JSON lines of path ([] if there is none); a partial last line (a lane cut off while writing) is left
+    out with a warning, any other bad line is a one-line error naming path:line."""
     if not os.path.isfile(path):
         return []
     with open(path) as f:
-        return [json.loads(x) for x in f if x.strip()]
+        text = f.read()
+    lines = text.split("\n")
+    out = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i == len(lines) and not text.endswith("\n"):  # the last line, unfinished
+                print(f"warning: {path}:{i}: a partial last line, left out", file=sys.stderr)
+                continue
+            raise SystemExit(f"error: {path}:{i}: not a JSON line") from None
+    return out
 
 
 def rows(res: str) -> list:
@@ -32,6 +47,8 @@ def rows(res: str) -> list:
     out = []
     for n in names:
         m = [x for x in _lines(os.path.join(res, n, "metrics.jsonl")) if "reward_mean" in x]
+        if n == "sft" and not m:  # the SFT run the lanes start from (bench/h200_lora_pair.sh), not a lane
+            continue
         val = _lines(os.path.join(res, f"val-{n}.json"))
         out.append({"name": n, "iterations": len(m), "val_accuracy": val[-1]["accuracy"] if val else None,
                     "n": val[-1]["n"] if val else None, "entropy": m[-1].get("entropy") if m else None,

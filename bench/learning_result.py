@@ -17,14 +17,26 @@ import yaml
 
 
 def read_eval(path: str) -> dict:
-    with open(path) as f:
-        lines = [ln for ln in f.read().splitlines() if ln.strip()]
+    """eval.py's result: its eval.out/eval.json, or its log, whose last line is the same object."""
     try:
-        res = json.loads(lines[-1])
-    except (IndexError, json.JSONDecodeError):
-        raise SystemExit(f"error: {path}: the last line is not eval.py's JSON result")
-    if "accuracy" not in res or "n" not in res:
+        with open(path) as f:
+            text = f.read()
+    except OSError as e:
+        raise SystemExit(f"error: {path}: {e.strerror or e}") from None
+    try:
+        res = json.loads(text)  # eval.json: the whole file is the object
+    except json.JSONDecodeError:
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        try:
+            res = json.loads(lines[-1])
+        except (IndexError, json.JSONDecodeError):
+            raise SystemExit(f"error: {path}: neither eval.py's eval.json nor a log whose last line is its JSON "
+                             f"result") from None
+    if not isinstance(res, dict) or "accuracy" not in res or "n" not in res:
         raise SystemExit(f"error: {path}: no accuracy or n (is it eval.py's result?)")
+    if "split" not in res:
+        raise SystemExit(f"error: {path}: no split (an eval.json written before eval.py recorded it? use the "
+                         f"eval log's last line)")
     return res
 
 
@@ -44,7 +56,7 @@ def run_facts(run: str, model: str) -> tuple:
 
 def result(run: str, sft: dict, test: dict, wall: float, config: str, model: str) -> dict:
     for what, res in (("SFT", sft), ("final", test)):
-        if res.get("split", "test") != "test":
+        if res["split"] != "test":
             raise SystemExit(f"error: the {what} evaluation is of split {res['split']!r}, not test")
     if int(sft["n"]) != int(test["n"]):
         raise SystemExit(f"error: the SFT and final evaluations cover {sft['n']} and {test['n']} problems")

@@ -39,7 +39,10 @@ def generator_model(cfg: Config, tok, d, dtype: torch.dtype, policy=None):
         return policy
     if adapters and policy is not None:  # the base shared, the adapters copied (r1/lora.py generator_copy)
         return lora.generator_copy(policy, dtype)
-    model = build_model(cfg.model.path, cfg, tok, d.device, seed=cfg.run.seed).to(dtype).eval()
+    model = build_model(cfg.model.path, cfg, tok, d.device, seed=cfg.run.seed)
+    if policy is None and cfg.eval.adapter:  # eval.py: the base with a LoRA run's adapters, unmerged
+        lora.load_peft(model, cfg.eval.adapter)
+    model = model.to(dtype).eval()
     model.requires_grad_(False)
     return model
 

@@ -24,7 +24,10 @@ from r1.trajectory import load_eval
 def correct_by_problem(path: str) -> dict:
     """sample_id -> 1.0 / 0.0 for a folder written by eval.py (or its trajectory file)."""
     out = {}
-    for t in load_eval(path):
+    trajs = load_eval(path)
+    if not trajs:
+        raise ValueError(f"{path} holds no trajectories")
+    for t in trajs:
         if t.sample_id in out:
             raise ValueError(f"{path}: problem {t.sample_id!r} appears twice; expected one greedy trajectory each")
         out[t.sample_id] = traj_stats(t)["correct"]
@@ -69,9 +72,11 @@ def main(argv=None):
         r = mcnemar(*evals)
     except ValueError as e:  # evals of different problems
         raise SystemExit(f"error: {e}") from None
-    print(f"{r['n']} problems: {100 * r['acc_a']:.2f}% -> {100 * r['acc_b']:.2f}% ({r['delta_points']:+.2f} points), "
-          f"gained {r['gained']}, lost {r['lost']}, McNemar z = {r['z']:.2f}, p = {r['p']:.3g} "
-          f"(exact {r['p_exact']:.3g})")
+    unpaired = (f" (both have these; left out: {r['only_in_a']} only in {a.a}, {r['only_in_b']} only in {a.b})"
+                if r["only_in_a"] or r["only_in_b"] else "")
+    print(f"{r['n']} problems{unpaired}: {100 * r['acc_a']:.2f}% -> {100 * r['acc_b']:.2f}% "
+          f"({r['delta_points']:+.2f} points), gained {r['gained']}, lost {r['lost']}, McNemar z = {r['z']:.2f}, "
+          f"p = {r['p']:.3g} (exact {r['p_exact']:.3g})")
     print(json.dumps(r))
     return r
 

@@ -330,6 +330,10 @@ class Eval:
     carved from train; choose settings on val, report test once)."""
     out: str | None = None
     """eval.py: folder for trajectories and the result JSON (default: a temp-free run folder under runs/eval-*)."""
+    adapter: str | None = None
+    """eval.py: a LoRA adapter folder (r1's RUN/adapter, PEFT's layout) applied unmerged over model.path, as a
+    LoRA run's generator (model.lora_generator=adapters) ran it. eval.py sets it itself for a LoRA run folder
+    given as model.path, whose merged hf/ export (bf16 on a GPU) rounds small adapter updates away."""
 
 
 @dataclass
@@ -470,7 +474,7 @@ def _coerce(key: str, value, tp, where: str, text: bool = False):
         value = None  # `model.tokenizer=None`; a required field then says it got None
     if optional and value is None:
         return None
-    if text:
+    if text and value is not None:
         value = _from_text(value, tp)
     bad = ConfigError(f"config key '{key}'{where} expects {_type_name(tp, optional)}, got {value!r:.80}")
     if typing.get_origin(tp) is dict:

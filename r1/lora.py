@@ -83,14 +83,15 @@ def check_targets(targets) -> list:
     return [t for t in targets if t not in TARGETS]
 
 
-def add_adapters(model, rank: int, alpha: float, targets, dropout: float = 0.0):
+def add_adapters(model, rank: int, alpha: float, targets, dropout: float = 0.0, init: bool = True):
     """Replace each targeted projection of every block by a LoRALinear over the same weights; draws A from
-    the global RNG, block by block in TARGETS order. Returns the model."""
+    the global RNG, block by block in TARGETS order (init=False: zeros, no draw, for adapters loaded next).
+    Returns the model."""
     for layer in model.model.layers:
         for parent in (layer.self_attn, layer.mlp):
             for name in TARGETS:
                 if name in targets and hasattr(parent, name):
-                    setattr(parent, name, LoRALinear(getattr(parent, name), rank, alpha, dropout))
+                    setattr(parent, name, LoRALinear(getattr(parent, name), rank, alpha, dropout, init=init))
     return model
 
 
@@ -225,3 +226,39 @@ def save_peft(state: dict, folder: str, rank: int, alpha: float, dropout: float,
         json.dump(config, f, indent=1)
     shutil.rmtree(folder, ignore_errors=True)
     os.replace(tmp, folder)
+
+
+def load_peft(model, folder: str):
+    """Put the adapters of a PEFT folder (save_peft's, r1's RUN/adapter) on `model`, unmerged: the arithmetic of
+    the run's generator under model.lora_generator=adapters, which a merge into bf16 weights would round
+    (eval.py evaluates a LoRA run this way). Its rank, alpha and targets come from adapter_config.json; a folder
+    that does not fit the model is a ValueError naming the folder and the first key at fault. Returns the model."""
+    from safetensors.torch import load_file
+
+    try:
+        with open(os.path.join(folder, "adapter_config.json"), encoding="utf-8") as f:
+            conf = json.load(f)
+        tensors = load_file(os.path.join(folder, "adapter_model.safetensors"))
+    except (OSError, ValueError) as e:
+        raise ValueError(f"LoRA adapter folder {folder}: {getattr(e, 'strerror', None) or e}") from None
+    targets = conf.get("target_modules") or []
+    if conf.get("peft_type") != "LORA" or not conf.get("r") or check_targets(targets):
+        raise ValueError(f"LoRA adapter folder {folder}: adapter_config.json is not a LoRA adapter of r1's "
+                         f"projections (peft_type {conf.get('peft_type')!r}, r {conf.get('r')!r}, "
+                         f"target_modules {targets!r})")
+    add_adapters(model, int(conf["r"]), float(conf["lora_alpha"]), targets, init=False)
+    want = peft_state({k: v for k, v in model.state_dict().items()})
+    missing, extra = sorted(set(want) - set(tensors)), sorted(set(tensors) - set(want))
+    if missing or extra:
+        key = (missing or extra)[0]
+        raise ValueError(f"LoRA adapter folder {folder} does not fit the model: "
+                         f"{'no tensor' if missing else 'an unknown tensor'} {key}")
+    own = dict(model.named_parameters())
+    with torch.no_grad():
+        for k, v in tensors.items():
+            name = k[len("base_model.model."):-len(".weight")]
+            if own[name].shape != v.shape:
+                raise ValueError(f"LoRA adapter folder {folder} does not fit the model: {k} is {list(v.shape)}, "
+                                 f"the model's {list(own[name].shape)}")
+            own[name].copy_(v)
+    return model

@@ -6,7 +6,8 @@ One panel per key, one line per run (labelled by folder name). `--x time`
 puts the run's seconds (`time_elapsed`) on the x axis instead of the
 iteration: runs compared at equal time (an ablation, LoRA against full
 fine-tuning) are read there, since one run's iteration can take longer than
-another's. The held-out read before RL (iteration 0) sits at 0 s. Reads only
+another's. The held-out read before RL (iteration 0) sits at 0 s; a resumed
+run's sessions are laid end to end. Reads only
 metrics.jsonl, so it works on a run that is still going or was copied off
 the GPU machine. matplotlib is imported lazily (a dev requirement).
 """
@@ -48,9 +49,15 @@ def read_metrics(run_dir: str) -> list:
         raise SystemExit(f"error: cannot read {path}: {e.strerror or e}") from None
 
 
-def check_keys(runs: list, keys: list):
-    """A key no run has is a one-line error listing the keys the runs do have (not an empty panel)."""
+def check_keys(runs: list, keys: list, x: str = "iter"):
+    """A key no run has is a one-line error listing the keys the runs do have (not an empty panel); so is
+    x="time" for a run that logs no time_elapsed (an SFT run, a run older than the key)."""
     rows = {run: read_metrics(run) for run in runs}
+    if x == "time":
+        untimed = [run for run, rs in rows.items() if not any("time_elapsed" in r for r in rs)]
+        if untimed:
+            raise SystemExit(f"error: --x time: {untimed[0]} logs no time_elapsed in its metrics.jsonl; "
+                             f"plot it against iterations (--x iter)")
     have = {k for rs in rows.values() for r in rs for k, v in r.items() if isinstance(v, (int, float)) and k != "iter"}
     missing = [k for k in keys if k not in have]
     if missing:
@@ -60,12 +67,18 @@ def check_keys(runs: list, keys: list):
 
 def series(rows: list, key: str, x: str = "iter") -> tuple:
     """(xs, ys) of `key`; x="time": the seconds of the row's iteration (`time_elapsed`, 0 for iteration 0; a
-    point whose iteration has no time is left out)."""
+    point whose iteration has no time is left out; after a resume, whose clock starts again at 0, the new
+    session's seconds follow the last logged second of the one before)."""
     seconds = {0: 0.0}
-    if x == "time":
+    if x == "time":  # a resumed run's clock starts again at 0: its sessions are laid end to end
+        offset, last = 0.0, 0.0
         for r in rows:
-            if isinstance(r.get("time_elapsed"), (int, float)):
-                seconds.setdefault(r["iter"], r["time_elapsed"])
+            t = r.get("time_elapsed")
+            if isinstance(t, (int, float)):
+                if t < last:
+                    offset += last
+                last = t
+                seconds.setdefault(r["iter"], offset + t)
     pts = [(r["iter"] if x == "iter" else seconds.get(r["iter"]), r[key]) for r in rows
            if isinstance(r.get(key), (int, float))]
     pts = [p for p in pts if p[0] is not None]
@@ -80,7 +93,7 @@ def moving_average(y: list, n: int) -> list:
 
 
 def plot(runs: list, keys: list, out: str, smooth: int = 1, x_axis: str = "iter"):
-    check_keys(runs, keys)
+    check_keys(runs, keys, x_axis)
     import matplotlib
 
     matplotlib.use("Agg")

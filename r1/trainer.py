@@ -74,10 +74,11 @@ class Trainer:
         self.plan = memory.plan_for(cfg, self.model_cfg, self.d)  # auto slots/micro_tokens/checkpointing, or refuse
         disk.plan_for(cfg, self.model_cfg, self.d)  # room for its checkpoints and hf/, or refuse
         self.learner = Learner(cfg, self.tok, self.d, self.dtype, policy, critic, ref, self.plan.checkpointing)
-        create_run_dir(cfg, self.d, run_identity(cfg, self.train_rows))
-        self.actor = Actor(cfg, self.tok, rollout_model, self.plan.slots, self.d)
         self.reward_moments = torch.zeros(3, dtype=torch.float64)  # running (count, sum, sum sq): normalize_reward
         self.start = 0
+        resumed = None
+        # the checkpoint is loaded before the run folder's config.yaml and identity are (re)written: a resume that
+        # cannot load (a changed model.lora_rank, say) leaves the folder as it was
         if cfg.run.resume and checkpoint.complete(cfg.run.dir):
             if cfg.train.overlap:  # r1/overlap.py: the checkpoint lacks the weights the next rollout samples with
                 raise ConfigError(f"config key 'train.overlap'=1: run.resume cannot continue {cfg.run.dir} exactly "
@@ -88,9 +89,12 @@ class Trainer:
             path, extra = checkpoint.resume(cfg.run.dir, lr.models, lr.optims, lr.scheds, self.d)
             self.start = int(extra["iteration"])
             self.reward_moments = torch.tensor(extra.get("reward_moments", [0.0, 0.0, 0.0]), dtype=torch.float64)
-            if self.d.main:
-                print(f"resuming {cfg.run.dir} after iteration {self.start} ({os.path.basename(path)}); "
-                      f"train.steps={cfg.train.steps}", flush=True)
+            resumed = path
+        create_run_dir(cfg, self.d, run_identity(cfg, self.train_rows))
+        self.actor = Actor(cfg, self.tok, rollout_model, self.plan.slots, self.d)
+        if resumed and self.d.main:
+            print(f"resuming {cfg.run.dir} after iteration {self.start} ({os.path.basename(resumed)}); "
+                  f"train.steps={cfg.train.steps}", flush=True)
         self.logger = Logger(cfg.run.dir, self.d.main, cfg.log.tensorboard, cfg.log.progress, cfg.train.steps, self.start)
         self.saver = Saver()  # trajectory files, written in the background
         self.pending = None  # train.overlap: the next iteration's rollout, running (r1/overlap.py)

@@ -39,7 +39,7 @@ def test_eval_py_prints_final_json(tmp_path, capsys):
     assert all(len(s.response_ids) <= 8 for t in trajs for s in t.steps)
     with open(os.path.join(out, "eval.json")) as f:
         saved = json.load(f)
-    assert saved == {k: v for k, v in res.items() if k not in ("model", "task", "split")}
+    assert saved == res  # the printed line's object, model, task and split included
     # no trainer, no run-folder layout: the results and the resolved config, nothing else
     assert sorted(os.listdir(out)) == ["config.yaml", "eval.json", "eval_trajectories.jsonl.gz"]
     # a second evaluation into the same folder is refused and overwrites nothing
@@ -47,6 +47,11 @@ def test_eval_py_prints_final_json(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         eval_py.main(["--config", SMOKE, "eval.limit=4", f"eval.out={out}"])
     assert str(e.value.code).startswith("error:") and sorted(os.listdir(out)) == before
+    afile = tmp_path / "afile"
+    afile.write_text("keep me")
+    with pytest.raises(SystemExit, match="^error: eval.out .*afile exists and is not a folder"):
+        eval_py.main(["--config", SMOKE, "eval.limit=4", f"eval.out={afile}"])
+    assert afile.read_text() == "keep me"
 
 
 def test_periodic_evaluation_is_handed_to_the_trainer_and_matches_eval_py(tmp_path, capsys):
@@ -169,12 +174,16 @@ def test_compare_counts_paired_gains_and_losses(tmp_path, capsys):
     z = 3 / math.sqrt(7)
     assert abs(r["z"] - z) < 1e-12 and abs(r["p"] - math.erfc(z / math.sqrt(2))) < 1e-12
     assert abs(r["p_exact"] - 2 * (1 + 7 + 21) / 2 ** 7) < 1e-15  # 2 P(X <= 2), X ~ Bin(7, 1/2)
-    assert "gained 5, lost 2" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "gained 5, lost 2" in printed and "left out: 1 only in" in printed
     save_trajs(b + [ans("dup", "3", True)], str(tmp_path / "dup.jsonl.gz"))
     with pytest.raises(ValueError, match="appears twice"):
         compare.correct_by_problem(str(tmp_path / "dup.jsonl.gz"))
     with pytest.raises(ValueError, match="share no problem"):
         compare.mcnemar({"x": 1.0}, {"y": 1.0})
+    save_trajs([], str(tmp_path / "empty.jsonl.gz"))
+    with pytest.raises(SystemExit, match="^error: .*empty.jsonl.gz holds no trajectories"):
+        compare.main([str(tmp_path / "b.jsonl.gz"), str(tmp_path / "empty.jsonl.gz")])
     with pytest.raises(SystemExit, match="^error: no trajectory file .*nope"):  # one line, no traceback
         compare.main([str(tmp_path / "nope"), str(tmp_path / "b.jsonl.gz")])
     (tmp_path / "junk.jsonl.gz").write_text("not gzip")

@@ -11,7 +11,7 @@ SCRIPT = os.path.join(ROOT, "bench", "learning_result.py")
 
 
 def _eval(path, acc, n=1319):
-    path.write_text("memory plan ...\n" + json.dumps({"n": n, "accuracy": acc, "mean_turns": 3.0}) + "\n")
+    path.write_text("memory plan ...\n" + json.dumps({"n": n, "accuracy": acc, "mean_turns": 3.0, "split": "test"}) + "\n")
     return str(path)
 
 
@@ -56,6 +56,40 @@ def test_refuses_evaluations_of_different_sizes_and_non_results(tmp_path):
     (tmp_path / "bad.json").write_text("Traceback ...\n")
     p, out = _run(tmp_path, str(tmp_path / "bad.json"), _eval(tmp_path / "t.json", 0.12))
     assert p.returncode != 0 and "bad.json" in p.stderr and not out.exists()
+
+
+def test_reads_eval_json_as_eval_py_writes_it_and_refuses_in_one_line(tmp_path):
+    """eval.out/eval.json (indented, many lines) is read as the log's last line is; a missing file, or an
+    eval.json without its split (written before eval.py recorded it), is one line, no traceback."""
+    (tmp_path / "e").mkdir()
+    (tmp_path / "e" / "eval.json").write_text(json.dumps({"n": 1319, "accuracy": 0.1213, "split": "test"}, indent=1))
+    p, out = _run(tmp_path, _eval(tmp_path / "s.json", 0.07), str(tmp_path / "e" / "eval.json"))
+    assert p.returncode == 0, p.stderr
+    assert json.loads(out.read_text())["test_accuracy"] == 0.1213
+    p, out = _run(tmp_path, str(tmp_path / "nope.json"), _eval(tmp_path / "t.json", 0.12))
+    assert p.returncode != 0 and p.stderr.strip() == f"error: {tmp_path / 'nope.json'}: No such file or directory"
+    (tmp_path / "old.json").write_text(json.dumps({"n": 1319, "accuracy": 0.1}, indent=1))
+    p, out = _run(tmp_path, str(tmp_path / "old.json"), _eval(tmp_path / "t.json", 0.12))
+    assert p.returncode != 0 and "old.json: no split" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_ablation_table_leaves_out_the_sft_run_and_reads_partial_lines(tmp_path, capsys):
+    """bench/h200_lora_pair.sh puts its SFT run beside the lanes: not a lane. A lane cut off mid-line keeps its
+    whole lines (a warning); a bad line elsewhere is one error naming file:line."""
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import ablation_table
+
+    for name in ("recipe", "sft"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "sft" / "metrics.jsonl").write_text(json.dumps({"iter": 1, "sft_loss": 1.0}) + "\n")
+    (tmp_path / "recipe" / "metrics.jsonl").write_text(
+        "".join(json.dumps({"iter": i, "reward_mean": 0.1}) + "\n" for i in (1, 2)) + '{"iter": 3, "rew')
+    table = ablation_table.rows(str(tmp_path))
+    assert [(r["name"], r["iterations"]) for r in table] == [("recipe", 2)]
+    assert "partial last line" in capsys.readouterr().err
+    (tmp_path / "recipe" / "metrics.jsonl").write_text('{"iter": 1}\nnot json\n{"iter": 2}\n')
+    with pytest.raises(SystemExit, match=r"recipe/metrics.jsonl:2: not a JSON line"):
+        ablation_table.rows(str(tmp_path))
 
 
 def test_ablation_table_reads_the_lanes_files(tmp_path):

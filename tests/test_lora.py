@@ -509,3 +509,104 @@ def test_cuda_sampler_trainer_gap_of_lora_is_no_larger_than_full_fine_tuning(tmp
     assert full > 0  # bf16 sampling against the update's arithmetic: the measure sees something
     for name in ("adapters", "merged"):
         assert sum(gaps[name]) / len(gaps[name]) <= 2 * full + 1e-4, (name, gaps)
+
+
+def test_load_peft_puts_a_runs_adapters_back_unmerged_as_its_generator_ran_them(tmp_path):
+    """eval.py's path for a LoRA run (eval.adapter): the base plus adapter/ loaded by `load_peft`, cast to the
+    rollout dtype, scores exactly as the run's adapters generator (lora.generator_copy) in float32 and in bf16,
+    where the merged bf16 weights (hf/ on a GPU) do not; a folder that does not fit is one ValueError naming it."""
+    cfg, policy, _, _ = tiny_models(["model.lora_generator=adapters", "model.lora_targets=[q_proj,v_proj,down_proj]"])
+    randomize_adapters(policy)
+    with torch.no_grad():  # small adapters, as after a few hundred AdamW steps at lr 1e-4
+        for name, p in policy.named_parameters():
+            if name.endswith("lora_B"):
+                p.mul_(0.02)
+    folder = str(tmp_path / "adapter")
+    lora.save_peft(policy.state_dict(), folder, 4, 8.0, 0.0, cfg.model.lora_targets, "tiny")
+    seqs = [[3, 5, 7, 9, 11, 13, 2], [2, 4, 6, 8]]
+    ids, pos, cu, mx = pack(seqs)
+    sel = torch.arange(ids.numel() - 1)
+
+    def score(m):
+        with torch.no_grad():
+            return m(ids, pos, cu, mx, sel=sel, targets=ids[1:])[0].float()
+
+    def base():
+        return build_model("tiny", cfg, FAKE_TOK, torch.device("cpu"), seed=cfg.run.seed)
+
+    for dtype in (torch.float32, torch.bfloat16):
+        loaded = lora.load_peft(base(), folder).to(dtype).eval()
+        if dtype == torch.bfloat16:
+            policy.to(torch.bfloat16)  # the CUDA set-up: a bf16 base, float32 adapters
+            for m in policy.modules():
+                if isinstance(m, lora.LoRALinear):
+                    m.lora_A.data, m.lora_B.data = m.lora_A.data.float(), m.lora_B.data.float()
+        assert torch.equal(score(loaded), score(lora.generator_copy(policy, dtype))), dtype
+    merged = base().to(torch.bfloat16)
+    merged.load_state_dict(lora.merge(policy.state_dict(), cfg.model.lora_alpha / cfg.model.lora_rank))
+    assert (score(merged.eval()) - score(loaded)).abs().max() > 0  # what evaluating hf/ would have scored
+    # folders that do not fit: one line naming the folder
+    with pytest.raises(ValueError, match=f"LoRA adapter folder {tmp_path / 'nope'}: No such file"):
+        lora.load_peft(base(), str(tmp_path / "nope"))
+    small = tiny_config("llama", vocab_size=256, hidden_size=32, intermediate_size=64)
+    with pytest.raises(ValueError, match="does not fit the model: .*down_proj.lora_A.weight is \\[4, 128\\], the model's \\[4, 64\\]"):
+        lora.load_peft(__import__("r1.model", fromlist=["Transformer"]).Transformer(small), folder)
+    conf = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    (tmp_path / "adapter" / "adapter_config.json").write_text(json.dumps({**conf, "target_modules": ["q_proj"]}))
+    with pytest.raises(ValueError, match="does not fit the model: an unknown tensor .*down_proj.lora_A.weight"):
+        lora.load_peft(base(), folder)
+
+
+def test_eval_py_on_a_lora_run_runs_its_base_with_the_adapters_unmerged(tmp_path, capsys):
+    """eval.py model.path=RUN of a LoRA run: the base (the run's model.path) with RUN/adapter unmerged (its
+    config.yaml records eval.adapter), a notice line saying so; the same greedy episodes as the run's own
+    float32 hf/ here (on a GPU the bf16 merge would differ); where the base is gone, hf/ with a warning."""
+    import eval as eval_py
+
+    run = str(tmp_path / "run")
+    train.main(["--config", SMOKE, *TINY, *LORA, "model.lora_generator=adapters", "log.tensorboard=false",
+                f"run.dir={run}", "train.steps=2", "train.lr=3e-3"])
+    capsys.readouterr()
+    ev = ["--config", SMOKE, *LORA, "eval.limit=4", "rollout.max_new_tokens=8"]
+    eval_py.main(ev + [f"model.path={run}", f"eval.out={tmp_path / 'e1'}"])
+    out = capsys.readouterr()
+    assert f"evaluating {run} as its generator ran: its base tiny with {os.path.join(run, 'adapter')} unmerged" in out.err
+    assert f"adapter: {os.path.join(run, 'adapter')}" in (tmp_path / "e1" / "config.yaml").read_text()
+    eval_py.main(ev + [f"model.path={os.path.join(run, 'hf')}", f"eval.out={tmp_path / 'e2'}"])
+    capsys.readouterr()
+    a, b = (json.loads((tmp_path / e / "eval.json").read_text()) for e in ("e1", "e2"))
+    assert {k: v for k, v in a.items() if k != "model"} == {k: v for k, v in b.items() if k != "model"}
+    # the base is gone (a run folder copied to another machine): its merged hf/, with a warning
+    conf = os.path.join(run, "config.yaml")
+    with open(conf) as f:
+        text = f.read()
+    with open(conf, "w") as f:
+        f.write(text.replace("path: tiny", f"path: {tmp_path / 'gone'}"))
+    eval_py.main(ev + [f"model.path={run}", f"eval.out={tmp_path / 'e3'}"])
+    assert f"warning: {run}'s base {tmp_path / 'gone'} is not here: evaluating its merged hf/" in capsys.readouterr().err
+    assert "adapter: null" in (tmp_path / "e3" / "config.yaml").read_text()
+
+
+@pytest.mark.parametrize("key,says", [("model.lora_targets", "expects a list of str, got None"),
+                                      ("model.lora_rank", "expects int, got None")])
+def test_a_null_lora_key_on_the_command_line_is_one_config_error(key, says):
+    """`model.lora_targets=null` was an AttributeError traceback from the text parser; YAML's null already said it."""
+    with pytest.raises(ConfigError, match=f"config key '{key}' \\(command line\\) {says}"):
+        load_config(SMOKE, [f"{key}=null"])
+
+
+def test_a_resume_that_cannot_load_leaves_the_run_folder_as_it_was(tmp_path, capsys):
+    """A resume with another model.lora_rank (allowed by run.allow_config_change) cannot load the checkpoint: it
+    used to rewrite config.yaml and identity.json first, so that the right resume was then refused as a change."""
+    run = tmp_path / "run"
+    base = ["--config", SMOKE, *TINY, *LORA, "log.tensorboard=false", f"run.dir={run}"]
+    train.main(base + ["train.steps=1"])
+    before = {f: (run / f).read_bytes() for f in ("config.yaml", "identity.json")}
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        train.main(base + ["train.steps=2", "run.resume=true", "model.lora_rank=8", "run.allow_config_change=true"])
+    assert e.value.code == 2
+    assert "no checkpoint in" in capsys.readouterr().err
+    assert {f: (run / f).read_bytes() for f in before} == before and not (run / "config.1.yaml").exists()
+    train.main(base + ["train.steps=2", "run.resume=true"])  # the right resume still goes
+    assert [m["iter"] for m in read_metrics(str(run))] == [1, 2]

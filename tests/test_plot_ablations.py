@@ -65,3 +65,22 @@ def test_plot_cli_against_time_writes_a_png(tmp_path):
             f.write(json.dumps({"iter": i, "reward_mean": 0.1 * i, "time_elapsed": 5.5 * i}) + "\n")
     plot.main([str(tmp_path / "run"), "--out", str(tmp_path / "t.png"), "--x", "time"])
     assert (tmp_path / "t.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_series_against_time_lays_a_resumed_runs_sessions_end_to_end():
+    """time_elapsed starts again at 0 in a resumed session: its points follow the first session's last second."""
+    from r1.plot import series
+
+    rows = [{"iter": 1, "reward_mean": 0.1, "time_elapsed": 10.0}, {"iter": 2, "reward_mean": 0.2, "time_elapsed": 29.4},
+            {"iter": 3, "reward_mean": 0.3, "time_elapsed": 24.2}, {"iter": 4, "reward_mean": 0.4, "time_elapsed": 63.1}]
+    assert series(rows, "reward_mean", "time") == ([10.0, 29.4, 29.4 + 24.2, 29.4 + 63.1], [0.1, 0.2, 0.3, 0.4])
+
+
+def test_plot_against_time_of_a_run_without_time_is_one_line(tmp_path):
+    from r1 import plot
+
+    os.makedirs(tmp_path / "sft")
+    (tmp_path / "sft" / "metrics.jsonl").write_text(json.dumps({"iter": 1, "sft_loss": 1.0}) + "\n")
+    with pytest.raises(SystemExit, match="--x time: .*sft logs no time_elapsed"):
+        plot.main([str(tmp_path / "sft"), "--out", str(tmp_path / "t.png"), "--x", "time", "--keys", "sft_loss"])
+    assert not (tmp_path / "t.png").exists()
