@@ -35,6 +35,9 @@ def main(argv=None):
         sys.exit(f"error: {e}")
     path = cfg.model.path
     try:
+        if cfg.eval.adapter and os.path.isfile(os.path.join(path, "config.yaml")):
+            raise ConfigError(f"eval.adapter={cfg.eval.adapter} goes over a base model, and model.path={path} is a "
+                              f"run folder (a LoRA run's adapters are put on its base already): name the base model")
         base = None if cfg.eval.adapter else lora_run_base(path)
         if base:
             cfg.model.path, cfg.eval.adapter = base, os.path.join(path, "adapter")

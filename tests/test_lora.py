@@ -585,6 +585,11 @@ def test_eval_py_on_a_lora_run_runs_its_base_with_the_adapters_unmerged(tmp_path
     eval_py.main(ev + [f"model.path={run}", f"eval.out={tmp_path / 'e3'}"])
     assert f"warning: {run}'s base {tmp_path / 'gone'} is not here: evaluating its merged hf/" in capsys.readouterr().err
     assert "adapter: null" in (tmp_path / "e3" / "config.yaml").read_text()
+    # adapters named by hand over a run folder would go on twice: refused in one line
+    with pytest.raises(SystemExit, match=f"^error: eval.adapter=.* goes over a base model, and model.path={run} is a run"):
+        eval_py.main(ev + [f"model.path={run}", f"eval.adapter={os.path.join(run, 'adapter')}",
+                           f"eval.out={tmp_path / 'e4'}"])
+    assert not (tmp_path / "e4").exists()
 
 
 @pytest.mark.parametrize("key,says", [("model.lora_targets", "expects a list of str, got None"),
