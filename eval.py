@@ -38,7 +38,7 @@ def main(argv=None):
         if cfg.eval.adapter and os.path.isfile(os.path.join(path, "config.yaml")):
             raise ConfigError(f"eval.adapter={cfg.eval.adapter} goes over a base model, and model.path={path} is a "
                               f"run folder (a LoRA run's adapters are put on its base already): name the base model")
-        base = None if cfg.eval.adapter else lora_run_base(path)
+        base = None if cfg.eval.adapter else lora_run_base(path, cfg)
         if base:
             cfg.model.path, cfg.eval.adapter = base, os.path.join(path, "adapter")
             print(f"evaluating {path} as its generator ran: its base {base} with {cfg.eval.adapter} unmerged",
@@ -98,32 +98,63 @@ def main(argv=None):
         print(json.dumps(res), flush=True)
 
 
-def lora_run_base(path: str) -> str | None:
+def lora_run_base(path: str, cfg) -> str | None:
     """The base model of a LoRA run folder whose generator ran the adapters unmerged (its config.yaml's
-    model.path), when path is one with adapter/ and that base is still there; else None (hf/ is evaluated).
-    A base that is gone is a warning line: the merged hf/ then stands in."""
+    model.path; its own sft/hf/ where the run's SFT warm-up made the base), when path is one with adapter/ and
+    that base is the one it trained on; else None, and its merged hf/ is evaluated, with a warning line saying
+    why: a base that is gone, whose weights differ from the run's identity.json, or, for the random tiny model,
+    eval settings that would build another one. Sets model.tokenizer to the run's (hf/ carries it) if unset."""
     import yaml
+
+    from r1 import checkpoint
+    from r1.identity import weights_fingerprint
 
     conf, adapter = os.path.join(path, "config.yaml"), os.path.join(path, "adapter")
     if not (os.path.isdir(path) and os.path.isfile(conf) and os.path.isdir(adapter)):
         return None
     try:
         with open(conf, encoding="utf-8") as f:
-            model = (yaml.safe_load(f) or {}).get("model") or {}
-    except (OSError, yaml.YAMLError):
+            saved = yaml.safe_load(f) or {}
+        model, run = saved.get("model") or {}, saved.get("run") or {}
+    except (OSError, yaml.YAMLError, AttributeError):
         return None  # run_export and the loader say what is wrong with the folder
     base = model.get("path")
     if not model.get("lora_rank") or model.get("lora_generator", "adapters") != "adapters" or not base:
         return None
-    from r1.weights import resolve
+    if run.get("dir") and os.path.normpath(base) == os.path.normpath(os.path.join(run["dir"], "sft", "hf")):
+        base = os.path.join(path, "sft", "hf")  # the run's own SFT warm-up: where the folder is now
 
-    try:
-        if base != "tiny":  # the random tiny model is rebuilt from run.seed, as the run built it
-            resolve(base)
-    except OSError:
-        print(f"warning: {path}'s base {base} is not here: evaluating its merged hf/ export instead, which "
-              f"rounds small adapter updates away in bf16", file=sys.stderr)
-        return None
+    def merged(why: str):
+        print(f"warning: {path}'s base {base} {why}: evaluating its merged hf/ export instead, which rounds small "
+              f"adapter updates away in bf16", file=sys.stderr)
+
+    m = cfg.model
+    if base == "tiny":  # rebuilt from these settings: the run's, or another random model
+        now = (m.arch, m.tiny_layers, m.tiny_hidden, cfg.run.seed)
+        then = (model.get("arch", now[0]), model.get("tiny_layers", now[1]), model.get("tiny_hidden", now[2]),
+                run.get("seed", now[3]))
+        if now != then:
+            return merged(f"is the random tiny model, and these eval settings (model.arch, model.tiny_*, run.seed) "
+                          f"would build another one than the run's")
+    else:
+        try:
+            fingerprint = weights_fingerprint(base)
+        except OSError:
+            return merged("is not here")
+        ident = os.path.join(path, "identity.json")
+        try:
+            with open(ident, encoding="utf-8") as f:
+                then = json.load(f).get("model.path")
+        except (OSError, ValueError, AttributeError):
+            then = None
+        if then and then != fingerprint:
+            return merged("holds other weights than the run trained on (identity.json)")
+    last = checkpoint.latest(path)
+    if last and os.path.getmtime(last) > os.path.getmtime(adapter):
+        print(f"warning: {adapter} is older than {path}'s latest checkpoint ({os.path.basename(last)}): evaluating "
+              f"the older adapters", file=sys.stderr)
+    if m.tokenizer is None and os.path.isdir(os.path.join(path, "hf")):
+        m.tokenizer = os.path.join(path, "hf")  # the run's tokenizer, saved with its export
     return base
 
 

@@ -242,10 +242,13 @@ def load_peft(model, folder: str):
     except (OSError, ValueError) as e:
         raise ValueError(f"LoRA adapter folder {folder}: {getattr(e, 'strerror', None) or e}") from None
     targets = conf.get("target_modules") or []
-    if conf.get("peft_type") != "LORA" or not conf.get("r") or check_targets(targets):
+    if any(conf.get(k) for k in ("use_rslora", "use_dora", "alpha_pattern", "rank_pattern")):
+        raise ValueError(f"LoRA adapter folder {folder}: adapter_config.json asks for rsLoRA, DoRA or per-module "
+                         f"ranks / alphas, which r1's adapters do not compute")
+    if conf.get("peft_type") != "LORA" or not conf.get("r") or "lora_alpha" not in conf or check_targets(targets):
         raise ValueError(f"LoRA adapter folder {folder}: adapter_config.json is not a LoRA adapter of r1's "
-                         f"projections (peft_type {conf.get('peft_type')!r}, r {conf.get('r')!r}, "
-                         f"target_modules {targets!r})")
+                         f"projections (peft_type {conf.get('peft_type')!r}, r {conf.get('r')!r}, lora_alpha "
+                         f"{conf.get('lora_alpha')!r}, target_modules {targets!r})")
     add_adapters(model, int(conf["r"]), float(conf["lora_alpha"]), targets, init=False)
     want = peft_state({k: v for k, v in model.state_dict().items()})
     missing, extra = sorted(set(want) - set(tensors)), sorted(set(tensors) - set(want))

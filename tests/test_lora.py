@@ -552,6 +552,9 @@ def test_load_peft_puts_a_runs_adapters_back_unmerged_as_its_generator_ran_them(
     with pytest.raises(ValueError, match="does not fit the model: .*down_proj.lora_A.weight is \\[4, 128\\], the model's \\[4, 64\\]"):
         lora.load_peft(__import__("r1.model", fromlist=["Transformer"]).Transformer(small), folder)
     conf = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    (tmp_path / "adapter" / "adapter_config.json").write_text(json.dumps({**conf, "use_rslora": True}))
+    with pytest.raises(ValueError, match="asks for rsLoRA, DoRA or per-module"):
+        lora.load_peft(base(), folder)
     (tmp_path / "adapter" / "adapter_config.json").write_text(json.dumps({**conf, "target_modules": ["q_proj"]}))
     with pytest.raises(ValueError, match="does not fit the model: an unknown tensor .*down_proj.lora_A.weight"):
         lora.load_peft(base(), folder)
@@ -576,6 +579,10 @@ def test_eval_py_on_a_lora_run_runs_its_base_with_the_adapters_unmerged(tmp_path
     capsys.readouterr()
     a, b = (json.loads((tmp_path / e / "eval.json").read_text()) for e in ("e1", "e2"))
     assert {k: v for k, v in a.items() if k != "model"} == {k: v for k, v in b.items() if k != "model"}
+    # eval settings that would build another random tiny base: its merged hf/, with a warning
+    eval_py.main(ev + [f"model.path={run}", "run.seed=7", f"eval.out={tmp_path / 'e5'}"])
+    assert "would build another one than the run's" in capsys.readouterr().err
+    assert "adapter: null" in (tmp_path / "e5" / "config.yaml").read_text()
     # the base is gone (a run folder copied to another machine): its merged hf/, with a warning
     conf = os.path.join(run, "config.yaml")
     with open(conf) as f:
