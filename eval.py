@@ -106,7 +106,6 @@ def lora_run_base(path: str, cfg) -> str | None:
     eval settings that would build another one. Sets model.tokenizer to the run's (hf/ carries it) if unset."""
     import yaml
 
-    from r1 import checkpoint
     from r1.identity import weights_fingerprint
 
     conf, adapter = os.path.join(path, "config.yaml"), os.path.join(path, "adapter")
@@ -149,13 +148,25 @@ def lora_run_base(path: str, cfg) -> str | None:
             then = None
         if then and then != fingerprint:
             return merged("holds other weights than the run trained on (identity.json)")
-    last = checkpoint.latest(path)
-    if last and os.path.getmtime(last) > os.path.getmtime(adapter):
-        print(f"warning: {adapter} is older than {path}'s latest checkpoint ({os.path.basename(last)}): evaluating "
-              f"the older adapters", file=sys.stderr)
+    warn_if_stale(path, adapter, "adapters")
     if m.tokenizer is None and os.path.isdir(os.path.join(path, "hf")):
         m.tokenizer = os.path.join(path, "hf")  # the run's tokenizer, saved with its export
     return base
+
+
+RESUME = "python train.py --config {}/config.yaml run.dir={} run.resume=true train.steps={}"
+
+
+def warn_if_stale(path: str, export: str, what: str):
+    """One warning line when run folder `path` has a checkpoint newer than its `export` (hf/, adapter/): a run
+    resumed and stopped before its end, which exports only there."""
+    from r1 import checkpoint
+
+    last = checkpoint.latest(path)
+    if last and os.path.getmtime(last) > os.path.getmtime(export):
+        it = int(os.path.basename(last).rpartition("_")[2])
+        print(f"warning: {export} is older than {path}'s latest checkpoint ({os.path.basename(last)}): evaluating "
+              f"the older {what}; to export the latest: {RESUME.format(path, path, it)}", file=sys.stderr)
 
 
 def run_export(path: str) -> str:
@@ -167,12 +178,8 @@ def run_export(path: str) -> str:
     if not os.path.isdir(path):
         return path
     hf, last = os.path.join(path, "hf"), checkpoint.latest(path)
-    resume = "python train.py --config {}/config.yaml run.dir={} run.resume=true train.steps={}"
     if os.path.isdir(hf):
-        if last and os.path.getmtime(last) > os.path.getmtime(hf):
-            it = int(os.path.basename(last).rpartition("_")[2])
-            print(f"warning: {hf} is older than {path}'s latest checkpoint ({os.path.basename(last)}): evaluating "
-                  f"the older export; to export the latest: {resume.format(path, path, it)}", file=sys.stderr)
+        warn_if_stale(path, hf, "export")
         return hf
     if os.path.isfile(os.path.join(path, "config.json")) or not os.path.isfile(os.path.join(path, "config.yaml")):
         return path  # an HF folder (or not a run: the loader says what is wrong)
@@ -180,7 +187,7 @@ def run_export(path: str) -> str:
         it = int(os.path.basename(last).rpartition("_")[2])
         raise ConfigError(f"model.path={path} is a run with no hf/ export yet (stopped after iteration {it}, before "
                           f"its end); export it by resuming the run, which exports at its end: "
-                          f"{resume.format(path, path, it)}")
+                          f"{RESUME.format(path, path, it)}")
     sft = os.path.join(path, "sft", "hf")
     if os.path.isdir(sft):
         raise ConfigError(f"model.path={path} is a run with no hf/ export yet (its RL phase has no checkpoint); "

@@ -250,7 +250,7 @@ def load_peft(model, folder: str):
                          f"projections (peft_type {conf.get('peft_type')!r}, r {conf.get('r')!r}, lora_alpha "
                          f"{conf.get('lora_alpha')!r}, target_modules {targets!r})")
     add_adapters(model, int(conf["r"]), float(conf["lora_alpha"]), targets, init=False)
-    want = peft_state({k: v for k, v in model.state_dict().items()})
+    want = peft_state(model.state_dict())
     missing, extra = sorted(set(want) - set(tensors)), sorted(set(tensors) - set(want))
     if missing or extra:
         key = (missing or extra)[0]
