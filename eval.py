@@ -38,6 +38,10 @@ def main(argv=None):
         if cfg.eval.adapter and os.path.isfile(os.path.join(path, "config.yaml")):
             raise ConfigError(f"eval.adapter={cfg.eval.adapter} goes over a base model, and model.path={path} is a "
                               f"run folder (a LoRA run's adapters are put on its base already): name the base model")
+        if cfg.eval.adapter:
+            from r1.lora import check_peft_folder
+
+            check_peft_folder(cfg.eval.adapter)  # before any model loads
         base = None if cfg.eval.adapter else lora_run_base(path, cfg)
         if base:
             cfg.model.path, cfg.eval.adapter = base, os.path.join(path, "adapter")
@@ -45,7 +49,7 @@ def main(argv=None):
                   file=sys.stderr)
         else:
             cfg.model.path = run_export(path)
-    except ConfigError as e:
+    except (ConfigError, ValueError) as e:
         sys.exit(f"error: {e}")
     out = cfg.eval.out or os.path.join("runs", f"eval-{time.strftime('%Y%m%d-%H%M%S')}")
     if os.path.exists(out) and not os.path.isdir(out):
@@ -124,8 +128,22 @@ def lora_run_base(path: str, cfg) -> str | None:
         base = os.path.join(path, "sft", "hf")  # the run's own SFT warm-up: where the folder is now
 
     def merged(why: str):
-        print(f"warning: {path}'s base {base} {why}: evaluating its merged hf/ export instead, which rounds small "
-              f"adapter updates away in bf16", file=sys.stderr)
+        hf = os.path.join(path, "hf")
+        if not os.path.isdir(hf):  # nothing to fall back on: one error line, not a warning and then another error
+            raise ConfigError(f"model.path={path} is a LoRA run whose base {base} {why}, and it has no hf/ export "
+                              f"to evaluate instead; put the base back at {base} (eval.py then runs it with "
+                              f"{adapter} unmerged)")
+        try:
+            with open(os.path.join(hf, "config.json"), encoding="utf-8") as f:
+                hf_conf = json.load(f)
+            dtype = hf_conf.get("torch_dtype") or hf_conf.get("dtype")
+        except (OSError, ValueError, AttributeError):
+            dtype = None
+        cost = ("which rounds small adapter updates away" if dtype in ("bfloat16", "float16") else
+                "which matches the adapters up to float rounding" if dtype == "float32" else
+                "which rounds small adapter updates away when saved in bf16 (on a GPU)")
+        print(f"warning: {path}'s base {base} {why}: evaluating its merged hf/ export ({dtype or 'dtype unknown'}) "
+              f"instead, {cost}", file=sys.stderr)
 
     m = cfg.model
     if base == "tiny":  # rebuilt from these settings: the run's, or another random model
@@ -185,15 +203,32 @@ def run_export(path: str) -> str:
         return path  # an HF folder (or not a run: the loader says what is wrong)
     if last:
         it = int(os.path.basename(last).rpartition("_")[2])
-        raise ConfigError(f"model.path={path} is a run with no hf/ export yet (stopped after iteration {it}, before "
-                          f"its end); export it by resuming the run, which exports at its end: "
-                          f"{RESUME.format(path, path, it)}")
+        steps = _saved_steps(path)
+        state = (f"export (its last checkpoint is of iteration {it}, the run's last: the export was removed)" if
+                 steps and it >= steps else f"export yet (stopped after iteration {it}, before its end)")
+        raise ConfigError(f"model.path={path} is a run with no hf/ {state}; export it by resuming the run, which "
+                          f"exports at its end: {RESUME.format(path, path, it)}")
     sft = os.path.join(path, "sft", "hf")
     if os.path.isdir(sft):
         raise ConfigError(f"model.path={path} is a run with no hf/ export yet (its RL phase has no checkpoint); "
                           f"its SFT phase's export is {sft} (model.path={sft})")
+    metrics = os.path.join(path, "metrics.jsonl")
+    if os.path.isfile(metrics) and os.path.getsize(metrics) > 0:
+        raise ConfigError(f"model.path={path} is a run folder whose hf/ export and checkpoints are not there (its "
+                          f"metrics.jsonl shows it ran): there is no policy in it to evaluate")
     raise ConfigError(f"model.path={path} is a run folder with no hf/ export and no checkpoint (stopped before its "
                       f"first); run it again, or resume it with run.resume=true until it finishes")
+
+
+def _saved_steps(path: str):
+    """train.steps of the run folder's saved config.yaml (None when it cannot be read)."""
+    import yaml
+
+    try:
+        with open(os.path.join(path, "config.yaml"), encoding="utf-8") as f:
+            return int((yaml.safe_load(f) or {})["train"]["steps"])
+    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError):
+        return None
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import shutil
 import shlex
 import sys
 
-from r1.config import USER_ERRORS, ConfigError, describe, header, load_config, run_main
+from r1.config import USER_ERRORS, ConfigError, describe, header, load_config, plural, run_main
 
 
 def sft_phase(cfg):
@@ -45,7 +45,7 @@ def sft_phase(cfg):
                           f"remove it (or choose another run.dir) and run again")
     if main:
         what = f"resuming from step {_sft_step(sft.run.dir)}" if sft.run.resume else "starting"
-        print(f"SFT warm-up: {cfg.train.sft_steps} steps on the task's expert chats in {sft.run.dir} "
+        print(f"SFT warm-up: {plural(cfg.train.sft_steps, 'step')} on the task's expert chats in {sft.run.dir} "
               f"({what}), then RL", flush=True)
     return setup_sft(sft, then_rl=cfg)
 
@@ -58,6 +58,30 @@ def rl_after_sft(cfg):
     if cfg.run.resume and not checkpoint.latest(cfg.run.dir) and not os.path.exists(
             os.path.join(cfg.run.dir, "metrics.jsonl")):
         cfg.run.resume = False  # the SFT phase is all there is so far: RL starts fresh
+
+
+def check_rl_resume(cfg):
+    """run.resume=true on an RL run with checkpoints: the checks the trainer makes at its start (the same run,
+    r1/run.check_run_dir), made with the model.path RL will have (rl_after_sft) before the SFT phase runs, so
+    that a refused resume writes nothing and trains nothing first."""
+    import copy
+
+    from r1 import checkpoint
+    from r1.run import check_run_dir
+
+    from r1.sft import warmup_done
+
+    if not cfg.run.resume or not checkpoint.complete(cfg.run.dir):
+        return
+    if not warmup_done(cfg.run.dir):  # running it again would make another policy than the one RL started from
+        sft = os.path.join(cfg.run.dir, "sft")
+        raise ConfigError(f"run.resume=true: {cfg.run.dir} has RL checkpoints but its SFT phase ({sft}, the policy "
+                          f"RL started from{' and the base its LoRA adapters need' if cfg.model.lora_rank else ''}) "
+                          f"is gone or unfinished; put {sft} back, or resume with train.sft_steps=0 "
+                          f"model.path=MODEL run.allow_config_change=true")
+    rl = copy.deepcopy(cfg)
+    rl.model.path = os.path.join(cfg.run.dir, "sft", "hf")
+    check_run_dir(rl)
 
 
 def _sft_step(run_dir):
@@ -197,6 +221,8 @@ def run(cfg, a):
 
     if cfg.train.stage == "sft" or cfg.train.sft_steps:
         try:
+            if cfg.train.stage == "rl":
+                check_rl_resume(cfg)  # a resume the RL phase would refuse is refused before any SFT step runs
             if cfg.train.stage == "sft":
                 from r1.sft import setup_sft
 

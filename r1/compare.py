@@ -58,7 +58,7 @@ def mcnemar(a: dict, b: dict) -> dict:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m r1.compare", description=__doc__.splitlines()[0])
     p.add_argument("a", help="baseline eval folder (eval.out) or eval_trajectories.jsonl.gz")
     p.add_argument("b", help="the model compared with it")
     a = p.parse_args(argv)

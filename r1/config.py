@@ -889,17 +889,22 @@ def _yaml_value(v) -> str:
     return text[:-4].strip() if text.endswith("\n...") else text
 
 
+def plural(n: int, word: str) -> str:
+    """'1 step', '2 steps'."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def header(cfg: Config, files) -> str:
     """The few lines a run starts with (the whole resolved config is saved as run.dir/config.yaml)."""
     t = cfg.train
     if t.stage == "sft":
-        steps = f"SFT {t.steps} steps x {t.sft_batch} chats"
+        steps = f"SFT {plural(t.steps, 'step')} x {plural(t.sft_batch, 'chat')}"
     else:
-        steps = (f"SFT {t.sft_steps} steps x {t.sft_batch} chats, then " if t.sft_steps else "") + \
-                f"RL {t.steps} iterations x {cfg.rollout.prompts * cfg.rollout.n} episodes"
+        steps = (f"SFT {plural(t.sft_steps, 'step')} x {plural(t.sft_batch, 'chat')}, then " if t.sft_steps else "") + \
+                f"RL {plural(t.steps, 'iteration')} x {plural(cfg.rollout.prompts * cfg.rollout.n, 'episode')}"
     algo = "sft" if t.stage == "sft" else f"{cfg.algo.advantage} ({cfg.algo.policy_loss})"
     return (f"config: {', '.join(files) if files else '(defaults)'}; run.dir {cfg.run.dir} "
-            f"(resolved config saved there as config.yaml)\n"
+            f"(the resolved config goes there as config.yaml)\n"
             f"task {cfg.data.task}; model {cfg.model.path}; algorithm {algo}; {steps}")
 
 

@@ -228,6 +228,17 @@ def save_peft(state: dict, folder: str, rank: int, alpha: float, dropout: float,
     os.replace(tmp, folder)
 
 
+def check_peft_folder(folder: str):
+    """A ValueError naming what is missing when `folder` is not a PEFT adapter folder (adapter_config.json and
+    adapter_model.safetensors): eval.py calls it before loading any model, so a wrong path costs no load."""
+    if not os.path.isdir(folder):
+        raise ValueError(f"LoRA adapter folder {folder}: no such folder")
+    missing = [n for n in ("adapter_config.json", "adapter_model.safetensors")
+               if not os.path.isfile(os.path.join(folder, n))]
+    if missing:
+        raise ValueError(f"LoRA adapter folder {folder} is not a PEFT adapter: it has no {' and no '.join(missing)}")
+
+
 def load_peft(model, folder: str):
     """Put the adapters of a PEFT folder (save_peft's, r1's RUN/adapter) on `model`, unmerged: the arithmetic of
     the run's generator under model.lora_generator=adapters, which a merge into bf16 weights would round
@@ -235,12 +246,14 @@ def load_peft(model, folder: str):
     that does not fit the model is a ValueError naming the folder and the first key at fault. Returns the model."""
     from safetensors.torch import load_file
 
+    check_peft_folder(folder)
     try:
         with open(os.path.join(folder, "adapter_config.json"), encoding="utf-8") as f:
             conf = json.load(f)
         tensors = load_file(os.path.join(folder, "adapter_model.safetensors"))
     except (OSError, ValueError) as e:
-        raise ValueError(f"LoRA adapter folder {folder}: {getattr(e, 'strerror', None) or e}") from None
+        why = f"{e.strerror}: {e.filename}" if isinstance(e, OSError) and e.strerror and e.filename else e
+        raise ValueError(f"LoRA adapter folder {folder}: {why}") from None
     targets = conf.get("target_modules") or []
     if any(conf.get(k) for k in ("use_rslora", "use_dora", "alpha_pattern", "rank_pattern")):
         raise ValueError(f"LoRA adapter folder {folder}: adapter_config.json asks for rsLoRA, DoRA or per-module "

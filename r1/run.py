@@ -77,6 +77,10 @@ def config_changes(cfg: Config, saved_path: str, free=RESUME_FREE) -> list:
     except (OSError, ValueError, yaml.YAMLError) as e:
         raise ValueError(f"cannot read the run's saved config {saved_path}: {str(e).splitlines()[0][:120]}") from None
     new, default = to_dict(cfg), to_dict(Defaults())
+    # a run folder that was moved: a path inside its old run.dir (an RL run's own sft/hf) is the same path
+    # inside the new one
+    old_dir = (old.get("run") or {}).get("dir") if isinstance(old.get("run"), dict) else None
+    moved = isinstance(old_dir, str) and os.path.normpath(old_dir) != os.path.normpath(cfg.run.dir)
     out = []
     for section, fields in new.items():
         before = old.get(section) if isinstance(old.get(section), dict) else {}
@@ -85,6 +89,11 @@ def config_changes(cfg: Config, saved_path: str, free=RESUME_FREE) -> list:
             if any(key == f or (f.endswith(".") and key.startswith(f)) for f in free):
                 continue
             was = before.get(name, default[section][name])
+            if moved and isinstance(was, str) and isinstance(value, str):
+                inside = os.path.relpath(os.path.normpath(was), os.path.normpath(old_dir))
+                if not inside.startswith(os.pardir) and os.path.normpath(value) == os.path.normpath(
+                        os.path.join(cfg.run.dir, inside)):
+                    continue
             if was != value:
                 out.append(f"{key} {was!r} -> {value!r}")
     return out

@@ -331,6 +331,9 @@ def read(path: str) -> tuple:
             except (ValueError, TypeError, RecursionError) as e:
                 raise ValueError(f"{path}:{n}: {str(e)[:160]}") from None
     except (EOFError, OSError, zlib.error, UnicodeDecodeError) as e:  # truncated, not gzip, bad bytes
+        if n == 0 and "Not a gzipped file" in str(e):  # the wrong file (eval.json, say), not a damaged one
+            raise ValueError(f"{path} is not a trajectory file (a gzipped JSON-lines file of episodes, such as "
+                             f"eval_trajectories.jsonl.gz or trajectories/iter_*.jsonl.gz)") from None
         raise ValueError(f"{path}: truncated or corrupt after line {n} ({str(e)[:80] or type(e).__name__}); "
                          f"{len(out)} trajectories readable") from None
     return header, out

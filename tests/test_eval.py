@@ -187,5 +187,12 @@ def test_compare_counts_paired_gains_and_losses(tmp_path, capsys):
     with pytest.raises(SystemExit, match="^error: no trajectory file .*nope"):  # one line, no traceback
         compare.main([str(tmp_path / "nope"), str(tmp_path / "b.jsonl.gz")])
     (tmp_path / "junk.jsonl.gz").write_text("not gzip")
-    with pytest.raises(SystemExit, match="^error: .*junk.jsonl.gz: "):
+    with pytest.raises(SystemExit, match="^error: .*junk.jsonl.gz is not a trajectory file"):  # the wrong file
         compare.main([str(tmp_path / "b.jsonl.gz"), str(tmp_path / "junk.jsonl.gz")])
+    whole = (tmp_path / "b.jsonl.gz").read_bytes()
+    (tmp_path / "cut.jsonl.gz").write_bytes(whole[:len(whole) // 2])  # a damaged one: truncated, what is readable
+    with pytest.raises(SystemExit, match="^error: .*cut.jsonl.gz: truncated or corrupt after line"):
+        compare.main([str(tmp_path / "b.jsonl.gz"), str(tmp_path / "cut.jsonl.gz")])
+    with pytest.raises(SystemExit):
+        compare.main([str(tmp_path / "b.jsonl.gz")])
+    assert capsys.readouterr().err.startswith("usage: python -m r1.compare ")

@@ -5,6 +5,8 @@ smoke config shrunk as tests/test_trainer.py does, with model.lora_rank=4.
 """
 import json
 import os
+import re
+import shutil
 from types import SimpleNamespace
 
 import pytest
@@ -546,8 +548,12 @@ def test_load_peft_puts_a_runs_adapters_back_unmerged_as_its_generator_ran_them(
     merged.load_state_dict(lora.merge(policy.state_dict(), cfg.model.lora_alpha / cfg.model.lora_rank))
     assert (score(merged.eval()) - score(loaded)).abs().max() > 0  # what evaluating hf/ would have scored
     # folders that do not fit: one line naming the folder
-    with pytest.raises(ValueError, match=f"LoRA adapter folder {tmp_path / 'nope'}: No such file"):
+    with pytest.raises(ValueError, match=f"LoRA adapter folder {tmp_path / 'nope'}: no such folder"):
         lora.load_peft(base(), str(tmp_path / "nope"))
+    (tmp_path / "not_adapter").mkdir()  # a folder that exists but is not an adapter: name what it lacks
+    with pytest.raises(ValueError, match="is not a PEFT adapter: it has no adapter_config.json and no "
+                                         "adapter_model.safetensors"):
+        lora.load_peft(base(), str(tmp_path / "not_adapter"))
     small = tiny_config("llama", vocab_size=256, hidden_size=32, intermediate_size=64)
     with pytest.raises(ValueError, match="does not fit the model: .*down_proj.lora_A.weight is \\[4, 128\\], the model's \\[4, 64\\]"):
         lora.load_peft(__import__("r1.model", fromlist=["Transformer"]).Transformer(small), folder)
@@ -590,13 +596,25 @@ def test_eval_py_on_a_lora_run_runs_its_base_with_the_adapters_unmerged(tmp_path
     with open(conf, "w") as f:
         f.write(text.replace("path: tiny", f"path: {tmp_path / 'gone'}"))
     eval_py.main(ev + [f"model.path={run}", f"eval.out={tmp_path / 'e3'}"])
-    assert f"warning: {run}'s base {tmp_path / 'gone'} is not here: evaluating its merged hf/" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"warning: {run}'s base {tmp_path / 'gone'} is not here: evaluating its merged hf/" in err
+    assert "hf/ export (float32) instead, which matches the adapters up to float rounding" in err  # a CPU run's hf/
     assert "adapter: null" in (tmp_path / "e3" / "config.yaml").read_text()
     # adapters named by hand over a run folder would go on twice: refused in one line
     with pytest.raises(SystemExit, match=f"^error: eval.adapter=.* goes over a base model, and model.path={run} is a run"):
         eval_py.main(ev + [f"model.path={run}", f"eval.adapter={os.path.join(run, 'adapter')}",
                            f"eval.out={tmp_path / 'e4'}"])
     assert not (tmp_path / "e4").exists()
+    # eval.adapter naming a folder that is not an adapter: refused before any model loads, naming what it lacks
+    with pytest.raises(SystemExit, match="is not a PEFT adapter: it has no adapter_config.json and no adapter_model"):
+        eval_py.main(ev + ["model.path=tiny", f"eval.adapter={tmp_path / 'e1'}", f"eval.out={tmp_path / 'e6'}"])
+    # the base gone and hf/ too: one error line, not a warning followed by another run's diagnosis
+    shutil.move(os.path.join(run, "hf"), str(tmp_path / "hf_away"))
+    capsys.readouterr()
+    with pytest.raises(SystemExit, match=re.escape(f"error: model.path={run} is a LoRA run whose base "
+                                                   f"{tmp_path / 'gone'} is not here, and it has no hf/ export")):
+        eval_py.main(ev + [f"model.path={run}", f"eval.out={tmp_path / 'e7'}"])
+    assert capsys.readouterr().err == "" and not (tmp_path / "e6").exists() and not (tmp_path / "e7").exists()
 
 
 @pytest.mark.parametrize("key,says", [("model.lora_targets", "expects a list of str, got None"),

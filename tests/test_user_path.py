@@ -148,6 +148,49 @@ def test_eval_of_a_run_without_hf_says_how_to_export(tmp_path):
     assert f"python train.py --config {run}/config.yaml run.dir={run} run.resume=true train.steps=3" in msg
 
 
+def test_eval_of_a_finished_run_whose_hf_was_removed_says_so(tmp_path):
+    """The checkpoint is of the run's last iteration: not "stopped before its end" but an export that is gone;
+    a run folder with metrics and neither hf/ nor a checkpoint is not called "stopped before its first"."""
+    import eval as ev
+    from r1.config import ConfigError
+
+    run = _fake_run(tmp_path)
+    (run / "config.yaml").write_text("run: {}\ntrain:\n  steps: 3\n")
+    with pytest.raises(ConfigError, match="no hf/ export \\(its last checkpoint is of iteration 3, the run's last: "
+                                          "the export was removed\\); export it by resuming"):
+        ev.run_export(str(run))
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "config.yaml").write_text("run: {}\n")
+    (bare / "metrics.jsonl").write_text('{"iter": 1}\n')
+    with pytest.raises(ConfigError, match="whose hf/ export and checkpoints are not there \\(its metrics.jsonl shows"):
+        ev.run_export(str(bare))
+
+
+def test_a_moved_run_with_its_sft_phase_resumes_and_a_missing_sft_is_refused_first(tmp_path, capsys):
+    """An RL run's model.path is its own run.dir/sft/hf: after the folder is moved, the same path inside the new
+    run.dir is not a config change. With sft/ gone, a resume is refused before any SFT step runs or writes."""
+    import shutil
+
+    import train
+
+    run, moved = tmp_path / "r", tmp_path / "moved"
+    args = ["--config", SMOKE, *TINY, "train.sft_steps=1", "train.sft_batch=2"]
+    train.main([*args, f"run.dir={run}", "train.steps=1"])
+    shutil.copytree(run, moved)  # a copy: a move in this process would carry the lock it still holds
+    capsys.readouterr()
+    train.main([*args, f"run.dir={moved}", "train.steps=2", "run.resume=true"])
+    assert "resuming" in capsys.readouterr().out and (moved / "checkpoints" / "iter_000002").is_dir()
+    shutil.rmtree(moved / "sft")
+    before = sorted(os.listdir(moved))
+    with pytest.raises(SystemExit) as e:
+        train.main([*args, f"run.dir={moved}", "train.steps=3", "run.resume=true"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "has RL checkpoints but its SFT phase" in err[0] and "is gone or unfinished" in err[0]
+    assert sorted(os.listdir(moved)) == before  # no sft/ written, nothing trained
+
+
 def test_eval_main_on_a_run_without_hf_is_one_line(tmp_path, capsys):
     import eval as ev
     from r1.config import run_main
@@ -267,7 +310,7 @@ def test_a_run_starts_with_a_short_header_not_the_config(tmp_path, monkeypatch, 
         train.main(["--config", SMOKE, *TINY, f"run.dir={tmp_path / 'r'}"])
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith(f"config: {SMOKE}; run.dir {tmp_path / 'r'}")
-    assert out[1].startswith("task synthetic; model tiny; algorithm step_gae (ppo); RL 1 iterations")
+    assert out[1].startswith("task synthetic; model tiny; algorithm step_gae (ppo); RL 1 iteration x 4 episodes")  # 1 iteration, not "1 iterations"
     assert not any(line.startswith("algo:") for line in out)  # the resolved config is in run.dir/config.yaml
 
 
