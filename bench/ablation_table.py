@@ -1,6 +1,10 @@
 """The ablation table of bench/h200_ablate.sh's results, as Markdown for the README, and its curves as PNGs.
 
-    python bench/ablation_table.py RESULTS_DIR [--png-prefix docs/ablation]
+    python bench/ablation_table.py RESULTS_DIR [RESULTS_DIR ...] [--png-prefix docs/ablation]
+
+Several RESULTS_DIRs are sets run in different sessions, each with its own SFT policy and recipe lane: one
+table with a `set` column (the folder's name), every lane compared with the recipe lane of its own set only
+(two SFT runs of the same settings are not bitwise equal on a GPU, docs/LOG.md), curves one set a file.
 
 One row per lane: iterations run in the shared time, validation accuracy (eval.py, all of the validation
 split carved from train: the table picks the next recipe, so it never reads the test split), the paired
@@ -109,52 +113,75 @@ def test_lines(res: str) -> list:
     return out
 
 
-def markdown(table: list) -> str:
+def markdown(table: list, sets: list | None = None) -> str:
+    """The table; with `sets` (one name a row), a first column naming each row's set."""
     head = ("| lane | iterations | validation accuracy | vs recipe (gained / lost, p) | entropy, last |\n"
             "| --- | --- | --- | --- | --- |")
+    if sets:
+        head = "| set " + head.replace("\n", "\n| --- ", 1)
     body = []
-    for r in table:
+    for i, r in enumerate(table):
         acc = "not evaluated" if r["val_accuracy"] is None else f"{100 * r['val_accuracy']:.2f}% of {r['n']}"
         c = r["vs_recipe"]
         vs = "" if c is None else f"{c['delta_points']:+.2f} ({c['gained']} / {c['lost']}, p = {c['p']:.2g})"
         ent = "" if r["entropy"] is None else f"{r['entropy']:.3f}"
-        body.append(f"| {r['name']} | {r['iterations']} | {acc} | {vs} | {ent} |")
+        body.append(f"{f'| {sets[i]} ' if sets else ''}| {r['name']} | {r['iterations']} | {acc} | {vs} | {ent} |")
     return "\n".join([head, *body])
 
 
+def check_set(res: str) -> list:
+    """rows(res), or a one-line exit naming the folder: missing, no lanes, or no recipe lane."""
+    if not os.path.isdir(res):
+        sys.exit(f"error: {res} is not a folder (bench/h200_ablate.sh's RESULTS_DIR)")
+    table = rows(res)
+    if not table:
+        sys.exit(f"error: no lanes (folders with metrics.jsonl) in {res}")
+    if table[0]["name"] != "recipe":
+        sys.exit(f"error: {res} has no recipe lane (recipe/metrics.jsonl), which every row is compared with: "
+                 f"not a results folder of bench/h200_ablate.sh")
+    return table
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("results")
-    p.add_argument("--png-prefix", help="write PREFIX_reward.png, PREFIX_val.png, PREFIX_entropy.png")
+    p = argparse.ArgumentParser(prog="python bench/ablation_table.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("results", nargs="+", help="bench/h200_ablate.sh's RESULTS_DIR; several: one set each")
+    p.add_argument("--png-prefix", help="write PREFIX_reward.png, PREFIX_val.png, PREFIX_entropy.png "
+                   "(several sets: PREFIX_SET_reward.png, ...)")
     p.add_argument("--solo", default="", help="a run of the recipe alone on the GPU, for the lane cost "
-                   "(default: RESULTS_DIR/solo/recipe, which h200_ablate.sh SOLO=1 makes)")
+                   "(default: RESULTS_DIR/solo/recipe, which h200_ablate.sh SOLO=1 makes; one RESULTS_DIR only)")
     a = p.parse_args(argv)
-    if not os.path.isdir(a.results):
-        sys.exit(f"error: {a.results} is not a folder (bench/h200_ablate.sh's RESULTS_DIR)")
+    if a.solo and len(a.results) > 1:
+        sys.exit("error: --solo goes with one RESULTS_DIR (several sets: each set's own solo/recipe is used)")
     if a.solo and not os.path.isfile(os.path.join(a.solo, "metrics.jsonl")):
         sys.exit(f"error: --solo {a.solo}: no metrics.jsonl there (a run folder of the recipe alone on the GPU)")
-    table = rows(a.results)
-    if not table:
-        sys.exit(f"error: no lanes (folders with metrics.jsonl) in {a.results}")
-    if table[0]["name"] != "recipe":
-        sys.exit(f"error: {a.results} has no recipe lane (recipe/metrics.jsonl), which every row is compared with: "
-                 f"not a results folder of bench/h200_ablate.sh")
-    print(markdown(table))
-    cost = lane_cost(a.results, a.solo)
-    if cost:
-        print("\n" + cost)
-    tests = test_lines(a.results)
-    if tests:
-        print("\nTest split, read once per final recipe (not used to choose):\n" + "\n".join(f"- {x}" for x in tests))
+    names = [os.path.basename(os.path.normpath(r)) for r in a.results]
+    if len(set(names)) < len(names):
+        sys.exit(f"error: two results folders share a name ({', '.join(names)}); the set column would not tell "
+                 f"them apart")
+    tables = [check_set(r) for r in a.results]
+    several = len(a.results) > 1
+    print(markdown([r for t in tables for r in t], [n for n, t in zip(names, tables) for _ in t] if several else None))
+    for res, name in zip(a.results, names):
+        cost = lane_cost(res, a.solo)
+        if cost:
+            print("\n" + (f"{name}: " if several else "") + cost)
+    for res, name in zip(a.results, names):
+        tests = test_lines(res)
+        if tests:
+            print(f"\nTest split{f' ({name})' if several else ''}, read once per final recipe (not used to choose):\n"
+                  + "\n".join(f"- {x}" for x in tests))
     if a.png_prefix:
         from r1.plot import plot
 
-        runs = [os.path.join(a.results, r["name"]) for r in table]
-        for key, name, smooth in (("reward_mean", "reward", 5), ("eval_accuracy", "val", 1), ("entropy", "entropy", 1)):
-            try:  # a curve no lane logged (eval.every=0, say) is a note, not the end of the table's command
-                plot(runs, [key], f"{a.png_prefix}_{name}.png", smooth=smooth)
-            except SystemExit as e:
-                print(f"no {a.png_prefix}_{name}.png: {e}", file=sys.stderr)
+        for res, name, table in zip(a.results, names, tables):
+            runs, prefix = [os.path.join(res, r["name"]) for r in table], a.png_prefix + (f"_{name}" if several else "")
+            for key, what, smooth in (("reward_mean", "reward", 5), ("eval_accuracy", "val", 1),
+                                      ("entropy", "entropy", 1)):
+                try:  # a curve no lane logged (eval.every=0, say) is a note, not the end of the table's command
+                    plot(runs, [key], f"{prefix}_{what}.png", smooth=smooth)
+                except SystemExit as e:
+                    print(f"no {prefix}_{what}.png: {e}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -156,3 +156,32 @@ def test_ablation_table_reads_the_lanes_files(tmp_path):
     (norecipe / "metrics.jsonl").write_text(json.dumps({"iter": 1, "reward_mean": 0.1}) + "\n")
     with pytest.raises(SystemExit, match="has no recipe lane"):
         ablation_table.main([str(norecipe.parent)])
+
+
+def test_ablation_table_of_several_sets_compares_each_lane_with_its_own_recipe(tmp_path, capsys):
+    """Sets from different sessions (each its own SFT policy and recipe lane) in one table with a set column;
+    a lane's comparison is its own set's; --solo is for one set; two folders of one name are refused."""
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import ablation_table
+
+    for s, lanes in (("s1", {"recipe": 0.12, "grpo": 0.10}), ("s2", {"recipe": 0.11, "cispo": 0.13})):
+        for name, acc in lanes.items():
+            (tmp_path / s / name).mkdir(parents=True)
+            (tmp_path / s / name / "metrics.jsonl").write_text(json.dumps({"iter": 1, "reward_mean": 0.1}) + "\n")
+            (tmp_path / s / f"val-{name}.json").write_text(json.dumps({"n": 500, "accuracy": acc}) + "\n")
+        other = next(n for n in lanes if n != "recipe")
+        (tmp_path / s / "compare.jsonl").write_text(json.dumps({"ablation": other, "vs_recipe": {
+            "delta_points": 100 * (lanes[other] - lanes["recipe"]), "gained": 7, "lost": 3, "p": 0.2}}) + "\n")
+    ablation_table.main([str(tmp_path / "s1"), str(tmp_path / "s2")])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "| set | lane | iterations | validation accuracy | vs recipe (gained / lost, p) | entropy, last |"
+    assert out[1].startswith("| --- | --- |") and out[1].count("---") == 6
+    assert out[2:] == ["| s1 | recipe | 1 | 12.00% of 500 |  |  |", "| s1 | grpo | 1 | 10.00% of 500 | -2.00 (7 / 3, p = 0.2) |  |",
+                       "| s2 | recipe | 1 | 11.00% of 500 |  |  |", "| s2 | cispo | 1 | 13.00% of 500 | +2.00 (7 / 3, p = 0.2) |  |"]
+    with pytest.raises(SystemExit, match="--solo goes with one RESULTS_DIR"):
+        ablation_table.main([str(tmp_path / "s1"), str(tmp_path / "s2"), "--solo", str(tmp_path / "s1" / "recipe")])
+    (tmp_path / "x" / "s1").mkdir(parents=True)
+    with pytest.raises(SystemExit, match="two results folders share a name"):
+        ablation_table.main([str(tmp_path / "s1"), str(tmp_path / "x" / "s1")])
+    with pytest.raises(SystemExit, match="no lanes .* in .*s9|s9 is not a folder"):
+        ablation_table.main([str(tmp_path / "s1"), str(tmp_path / "s9")])
