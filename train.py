@@ -68,7 +68,6 @@ def check_rl_resume(cfg):
 
     from r1 import checkpoint
     from r1.run import check_run_dir
-
     from r1.sft import warmup_done
 
     if not cfg.run.resume or not checkpoint.complete(cfg.run.dir):
