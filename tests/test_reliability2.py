@@ -591,7 +591,7 @@ def rewrite(path, fn):
 
 @pytest.mark.parametrize("damage,message", [
     ("truncate", "truncated or corrupt"),
-    ("not_gzip", "truncated or corrupt"),
+    ("not_gzip", "is not a trajectory file (a gzipped JSON-lines file"),
     ("bad_json", ":1: "),
     ("unknown_field", "unknown field 'surprise'"),
     ("bad_ids", "response_ids must be a list of non-negative integer"),
