@@ -45,7 +45,9 @@ def _lines(path):
 
 
 def rows(res: str) -> list:
-    compare = {c["ablation"]: c["vs_recipe"] for c in _lines(os.path.join(res, "compare.jsonl"))}
+    lines = _lines(os.path.join(res, "compare.jsonl"))
+    compare = {c["ablation"]: c["vs_recipe"] for c in lines if "vs_recipe" in c}
+    same_env = {c["ablation"]: c["vs_recipe_same_env"] for c in lines if "vs_recipe_same_env" in c}
     names = sorted(n for n in os.listdir(res) if os.path.isfile(os.path.join(res, n, "metrics.jsonl")))
     names.sort(key=lambda n: n != "recipe")
     out = []
@@ -56,7 +58,19 @@ def rows(res: str) -> list:
         val = _lines(os.path.join(res, f"val-{n}.json"))
         out.append({"name": n, "iterations": len(m), "val_accuracy": val[-1]["accuracy"] if val else None,
                     "n": val[-1]["n"] if val else None, "entropy": m[-1].get("entropy") if m else None,
-                    "vs_recipe": compare.get(n)})
+                    "vs_recipe": compare.get(n), "vs_recipe_same_env": same_env.get(n)})
+    return out
+
+
+def same_env_lines(table: list) -> list:
+    """Lanes whose ablation changes the environment (h200_ablate.sh reads the recipe's lane under it too): the
+    lane against the recipe's lane read the same way, which is what the lane's training changed."""
+    out = []
+    for r in table:
+        c = r.get("vs_recipe_same_env")
+        if c:
+            out.append(f"{r['name']}: the recipe's lane read under {r['name']}'s environment {100 * c['acc_a']:.2f}%; "
+                       f"the lane against it {c['delta_points']:+.2f} ({c['gained']} / {c['lost']}, p = {c['p']:.2g})")
     return out
 
 
@@ -162,6 +176,9 @@ def main(argv=None):
     tables = [check_set(r) for r in a.results]
     several = len(a.results) > 1
     print(markdown([r for t in tables for r in t], [n for n, t in zip(names, tables) for _ in t] if several else None))
+    same = [(f"{n}: " if several else "") + x for n, t in zip(names, tables) for x in same_env_lines(t)]
+    if same:
+        print("\nRead under the lane's environment (the recipe's lane too):\n" + "\n".join(f"- {x}" for x in same))
     for res, name in zip(a.results, names):
         cost = lane_cost(res, a.solo)
         if cost:

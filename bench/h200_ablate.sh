@@ -50,9 +50,19 @@ done
 # what a lane pays for sharing: the recipe's lane alone, same seconds, same memory fraction, no evaluation after
 [ "$L" -gt "$((G > 0 ? G : 1))" ] && [ "${SOLO:-1}" = 1 ] && phase "rl-solo" python3 train.py --config "$REC" model.path="$S" run.dir="$R/solo/recipe" \
   train.sft_steps=0 train.time_limit=$T eval.every=10 eval.limit=200 run.memory_fraction=$F log.progress=false $X
+# a lane whose file changes the environment (env.max_steps, the context policy) is read under it, so the recipe's
+# lane is read under it too: the lane against that read is what its training changed, apart from the budget
+for n in "${names[@]:1}"; do
+  grep -q '^env:' "configs/ablations/$n.yaml" || continue
+  phase "val-recipe-as-$n" python3 eval.py --config "$REC" --config "configs/ablations/$n.yaml" model.path="$R/recipe" \
+    eval.split=val eval.limit=0 run.memory_fraction=$F eval.out="$R/val-recipe-as-$n" $X \
+    && tail -1 "$R/val-recipe-as-$n.log" > "$R/val-recipe-as-$n.json"
+done
 for n in "${names[@]:1}"; do
   [ -e "$R/val-$n.json" ] && python3 -m r1.compare "$R/val-recipe" "$R/val-$n" 2>/dev/null | tail -1 \
     | sed "s/^/{\"ablation\": \"$n\", \"vs_recipe\": /; s/\$/}/"
+  [ -e "$R/val-$n.json" ] && [ -e "$R/val-recipe-as-$n.json" ] && python3 -m r1.compare "$R/val-recipe-as-$n" \
+    "$R/val-$n" 2>/dev/null | tail -1 | sed "s/^/{\"ablation\": \"$n\", \"vs_recipe_same_env\": /; s/\$/}/"
 done > "$R/compare.jsonl"
 first=""; : > "$R/test-compare.jsonl"
 for n in ${TEST:-}; do

@@ -92,7 +92,7 @@ def test_phases_record_the_job_pid_and_a_begin_line(tmp_path):
     assert (tmp_path / "progress.txt").read_text().splitlines()[-1].endswith(f"begin: job pid {pid}")
 
 
-@pytest.mark.parametrize("script", ["h200_lora_pair.sh", "h200_ablate.sh", "h200_recipe.sh", "h200_iteration_3b.sh",
+@pytest.mark.parametrize("script", ["h200_lora_pair.sh", "h200_ablate_set.sh", "h200_ablate.sh", "h200_recipe.sh", "h200_iteration_3b.sh",
                                     "h200_iteration.sh"])
 def test_job_scripts_without_their_folders_print_usage(tmp_path, script):
     """A job started with too few arguments says how to call it in one line (not 'unbound variable'), writes
@@ -113,7 +113,18 @@ def test_ablate_refuses_an_unknown_lane_before_it_writes(tmp_path):
     assert not (tmp_path / "res").exists()
 
 
-@pytest.mark.parametrize("script", ["h200_ablate.sh", "h200_lora_pair.sh"])
+@pytest.mark.parametrize("only, line", [("max_steps lorra", "ONLY names lorra, not in configs/ablations/"),
+                                        ("", "ONLY names no lane")])
+def test_ablate_set_refuses_a_wrong_lane_before_its_sft(tmp_path, only, line):
+    """The set's SFT costs three minutes of device time: a misspelled or missing ONLY is refused before it."""
+    env = dict(os.environ, ONLY=only)
+    r = subprocess.run(["bash", os.path.join(ROOT, "bench", "h200_ablate_set.sh"), "m.gguf", str(tmp_path / "res")],
+                       capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+    assert r.returncode == 2 and r.stdout.startswith("bench/h200_ablate_set.sh: " + line), r.stdout
+    assert not (tmp_path / "res").exists()
+
+
+@pytest.mark.parametrize("script", ["h200_ablate.sh", "h200_lora_pair.sh", "h200_ablate_set.sh"])
 def test_job_scripts_outside_the_repository_root_say_so(tmp_path, script):
     r = subprocess.run(["bash", os.path.join(ROOT, "bench", script), "m", str(tmp_path / "res")], capture_output=True,
                        text=True, timeout=60, cwd=tmp_path)

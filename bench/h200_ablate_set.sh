@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# One set of the ablation table (issue 29) in one device job: the recipe's SFT (the same settings as its warm-up,
+# r1/sft.py warmup_config), then bench/h200_ablate.sh with the recipe's lane and the lanes named in ONLY, from that
+# one SFT policy, alone on the GPU one after another, in the same results folder, so that one bench/h200_wait.sh
+# follows the whole job. A device machine holds one session's budget and its files go with it, so the SFT cannot
+# be shared across sessions: each set carries its own recipe lane, and bench/ablation_table.py compares every lane
+# with the recipe lane of its own set (two SFT runs of the same settings are not bitwise equal on a GPU).
+#   setsid nohup bash bench/h200_ablate_set.sh MODEL.gguf RESULTS_DIR [CONFIG] &    env: ONLY (ablation names,
+#     required), ABL_TIME (RL seconds a lane, default 300), TEST (lanes read once on the test split: final recipes
+#     only, default none), SFT_STEPS (default 872, the recipe's), EXTRA (overrides for every command: a CPU dry run)
+#   Run it from the repository root. Started again on the same folder it skips the phases marked done; a phase cut
+#   short left its run folder behind, which train.py refuses to overwrite: remove that folder first.
+set -u
+me=${R1_SCRIPT_NAME:-bench/h200_ablate_set.sh}
+[ $# -ge 2 ] || { echo "usage: $me MODEL RESULTS_DIR [CONFIG] (see the comment at its top)"; exit 2; }
+[ -d configs/ablations ] || { echo "$me: run it from the repository root (no configs/ablations here)"; exit 2; }
+[ -n "${ONLY:-}" ] || { echo "$me: ONLY names no lane (e.g. ONLY=\"max_steps no_clip_higher\")"; exit 2; }
+for n in $ONLY; do [ -e "configs/ablations/$n.yaml" ] || { echo "$me: ONLY names $n, not in configs/ablations/"; exit 2; }; done
+M=$1; R=$2; CFG=${3:-configs/gsm8k_tool_30min.yaml}; mkdir -p "$R"
+. "$(dirname "$0")/phases.sh"  # log, phase
+log "begin: ablation set ($ONLY), $(python3 -c 'import torch; print(torch.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu")') $CFG"
+phase sft python3 train.py --config "$CFG" model.path="$M" run.dir="$R/sft" train.stage=sft train.sft_steps=0 \
+  train.steps="${SFT_STEPS:-872}" train.lr=5e-5 train.warmup=20 train.schedule=cosine train.checkpoint_every=100000 \
+  log.progress=false ${EXTRA:-} || exit 1
+ONLY="$ONLY" TEST="${TEST:-}" SOLO=0 LANES=1 ABL_TIME="${ABL_TIME:-300}" bash "$(dirname "$0")/h200_ablate.sh" \
+  "$R/sft/hf" "$R" "$CFG"
