@@ -32,7 +32,7 @@ run() {  # name overrides...
 log "begin: $(python3 -c 'import torch; print(torch.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu")')"
 if [ -n "${SFT_STEPS:-}" ]; then
   phase sft python3 train.py --config configs/gsm8k_tool.yaml model.path="$M" run.dir="$R/sft" train.stage=sft \
-    train.sft_steps=0 train.steps="$SFT_STEPS" train.lr=5e-5 log.progress=false $X || exit 1
+    train.sft_steps=0 train.steps="$SFT_STEPS" train.lr=5e-5 train.checkpoint_every=100000 log.progress=false $X || exit 1
   M="$R/sft/hf"
 fi
 run ppo-o0
