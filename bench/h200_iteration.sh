@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue 31 on one H200: iteration time of PPO (step GAE) and GRPO on the GSM8K-tool recipe, train.overlap 0
-# against 1 (the next rollout beside this iteration's score and update; decoupled PPO, tis_cap 2), PPO overlapped
+# against 1 (the next rollout beside this iteration's score and update; decoupled PPO, tis_cap 2) and 2 (the same
+# with the rollout in a process of its own), PPO overlapped
 # again with the interpreter's thread switch interval at 0.2 ms (R1_SWITCH_US: is the interpreter lock what slows
 # the two threads side by side?), then the
 # micro_tokens lead of docs/LOG.md: PPO at train.micro_tokens=4096 with run.memory_fraction=0.15 (the lanes')
@@ -25,6 +26,7 @@ C="$C train.checkpoint_every=100000 train.steps=$STEPS"
 . "$(dirname "$0")/phases.sh"  # log, phase
 export R1_PROFILE=${PROFILE:-${R1_PROFILE:-}}
 OV="train.overlap=1 algo.policy_loss=decoupled_ppo algo.tis_cap=2"
+OV2="train.overlap=2 algo.policy_loss=decoupled_ppo algo.tis_cap=2"  # the rollout in a process (r1/rollout_process.py)
 run() {  # name overrides...
   local name=$1; shift
   phase "$name" python3 train.py $C model.path="$M" run.dir="$R/$name" "$@" $X
@@ -39,10 +41,12 @@ run ppo-o0
 run ppo-o1 $OV
 run grpo-o0 algo.advantage=grpo
 run grpo-o1 algo.advantage=grpo $OV
+run ppo-o2 $OV2
+run grpo-o2 algo.advantage=grpo $OV2
 R1_SWITCH_US=200 run ppo-o1-sw200 $OV  # the interpreter's switch interval 5 ms -> 0.2 ms (r1/overlap.py)
 run ppo-mt4096-frac015 train.micro_tokens=4096 run.memory_fraction=0.15
 run ppo-mt4096 train.micro_tokens=4096
-runs=""; for n in ppo-o0 ppo-o1 grpo-o0 grpo-o1 ppo-o1-sw200 ppo-mt4096-frac015 ppo-mt4096; do
+runs=""; for n in ppo-o0 ppo-o1 grpo-o0 grpo-o1 ppo-o2 grpo-o2 ppo-o1-sw200 ppo-mt4096-frac015 ppo-mt4096; do
   [ -e "$R/$n.done" ] && runs="$runs $R/$n"; done
 python3 bench/iteration_result.py --runs $runs ${SAVE:+--save "$SAVE"} | tee "$R/iteration.jsonl"
 log "ALL DONE"

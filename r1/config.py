@@ -307,8 +307,9 @@ class Train:
     overlap: int = 0
     """RL: 1 = the rollout of iteration k+1 runs (a background thread) while iteration k scores and updates,
     on the weights before update k: one step off-policy, corrected with the sampler's logprobs (needs
-    algo.policy_loss=decoupled_ppo or algo.tis_cap > 0; run.resume is refused). 0 = the synchronous loop
-    (r1/overlap.py)."""
+    algo.policy_loss=decoupled_ppo or algo.tis_cap > 0; run.resume is refused). 2 = the same with the rollout
+    in a process of its own, so the two do not take turns on one interpreter (one process, no LoRA adapters
+    generator: r1/rollout_process.py). 0 = the synchronous loop (r1/overlap.py)."""
     time_limit: float = 0.0
     """RL: stop after the iteration that passes this many seconds of this process's training
     (0 = no limit); the run then checkpoints and exports hf/ as at its last step, and
@@ -397,7 +398,7 @@ BOUNDS = {
     "train.sft_batch": (1, None), "train.sft_steps": (0, None), "train.sft_lr": (0.0, None),
     "env.format_reward": (0.0, None), "env.tool_success_reward": (0.0, None),
     "env.command_reward": (0.0, None), "train.checkpoint_every": (1, None), "train.time_limit": (0.0, None),
-    "train.keep_checkpoints": (1, None), "train.overlap": (0, 1),
+    "train.keep_checkpoints": (1, None), "train.overlap": (0, 2),
     "eval.every": (0, None), "eval.limit": (0, None), "eval.n": (1, None), "eval.temperature": (0.0, None),
 }
 # Upper bounds on sizes, far above any real run (a 1M-token context, 64k slots) but low enough that a typo
@@ -839,9 +840,13 @@ def _validate_algo(cfg: Config, origin: dict, name, fail):
         raise ConfigError(f"config key {name('run.save')}=false leaves no SFT export for the RL phase to start from: "
                           f"it needs train.sft_steps=0, got {cfg.train.sft_steps}")
     if cfg.train.overlap and a.policy_loss != "decoupled_ppo" and not a.tis_cap:
-        raise ConfigError(f"config key {name('train.overlap')}=1 samples with the weights one update back: it needs "
-                          f"algo.policy_loss=decoupled_ppo or algo.tis_cap > 0 to correct for them, got "
-                          f"policy_loss={a.policy_loss} tis_cap={a.tis_cap}")
+        raise ConfigError(f"config key {name('train.overlap')}={cfg.train.overlap} samples with the weights one "
+                          f"update back: it needs algo.policy_loss=decoupled_ppo or algo.tis_cap > 0 to correct for "
+                          f"them, got policy_loss={a.policy_loss} tis_cap={a.tis_cap}")
+    if cfg.train.overlap == 2 and cfg.model.lora_rank and cfg.model.lora_generator == "adapters":
+        raise ConfigError(f"config key {name('train.overlap')}=2 (the rollout in a process of its own) copies full "
+                          f"weights to that process, not LoRA adapters over a shared base: set "
+                          f"model.lora_generator=merged, or train.overlap=1")
     if cfg.train.stage == "rl" and estimator.group_baseline and cfg.rollout.n < 2:
         raise ConfigError(f"config key {name('rollout.n')} must be >= 2 for {chosen} "
                           f"(a group of one has no baseline), got {cfg.rollout.n}")

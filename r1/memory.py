@@ -69,6 +69,7 @@ MIN_AUTO_SLOTS = 64  # auto slots kept free while picking the update's settings 
 LOGPROB_CHUNK = 4096  # kernels/logprob.py default chunk_size
 PREFILL_TOKENS = 8192  # r1/generate.py Generator default prefill_tokens
 CPU_RUNTIME = GiB  # Python, torch, tokenizer, data rows: a CPU process's RSS beside its tensors
+CUDA_CONTEXT = GiB // 2  # a second process's CUDA context and its kernels' modules (train.overlap 2)
 MARGIN_FRACTION, MARGIN_BYTES = 0.10, GiB
 
 
@@ -322,6 +323,10 @@ def estimate(cfg: Config, mc, world: int, device_type: str, capacity: int, devic
                 (" over the shared base" if same else " + a base copy")
         items["kv cache"] = kv_cache_bytes(mc, slots, cache_len, g)
         notes["kv cache"] = f"{slots} slots x {cache_len}"
+        if training and cfg.train.overlap == 2:  # r1/rollout_process.py: its own generator copy and runtime
+            items["rollout process"] = g * P + (CUDA_CONTEXT if device_type == "cuda" else CPU_RUNTIME)
+            notes["rollout process"] = "its generator copy + " + ("a CUDA context" if device_type == "cuda"
+                                                                   else "runtime")
     else:
         slots = 0
     if device_type == "cuda" and world == 1 and training:

@@ -41,6 +41,7 @@ from r1.logger import Logger, cpu_cost_line
 from r1.model import eager_fallbacks
 from r1.overlap import Background
 from r1.profiler import maybe_profile, phase, wanted
+from r1.rollout_process import RemoteActor
 from r1.rollout_stats import summarize, traj_stats
 from r1.run import check_paths, check_run_dir, create_run_dir, resolve_dtype, run_tokenizer
 from r1.tasks.data import epoch_order, load_rows
@@ -81,7 +82,8 @@ class Trainer:
         # cannot load (a changed model.lora_rank, say) leaves the folder as it was
         if cfg.run.resume and checkpoint.complete(cfg.run.dir):
             if cfg.train.overlap:  # r1/overlap.py: the checkpoint lacks the weights the next rollout samples with
-                raise ConfigError(f"config key 'train.overlap'=1: run.resume cannot continue {cfg.run.dir} exactly "
+                raise ConfigError(f"config key 'train.overlap'={cfg.train.overlap}: run.resume cannot continue "
+                                  f"{cfg.run.dir} exactly "
                                   f"(its checkpoint holds the weights after the last update, not the ones the "
                                   f"next rollout would sample with); resume with train.overlap=0 "
                                   f"run.allow_config_change=true")
@@ -91,7 +93,9 @@ class Trainer:
             self.reward_moments = torch.tensor(extra.get("reward_moments", [0.0, 0.0, 0.0]), dtype=torch.float64)
             resumed = path
         create_run_dir(cfg, self.d, run_identity(cfg, self.train_rows))
-        self.actor = Actor(cfg, self.tok, rollout_model, self.plan.slots, self.d)
+        # train.overlap 2: the actor plays in a process of its own (r1/rollout_process.py)
+        actor = RemoteActor if cfg.train.overlap == 2 else Actor
+        self.actor = actor(cfg, self.tok, rollout_model, self.plan.slots, self.d)
         if resumed and self.d.main:
             print(f"resuming {cfg.run.dir} after iteration {self.start} ({os.path.basename(resumed)}); "
                   f"train.steps={cfg.train.steps}", flush=True)
@@ -117,13 +121,26 @@ class Trainer:
         self.actor.refresh(self.learner.policy)
         return self.check_episodes(self.play(it, policy_version=it), it)
 
-    def play(self, it: int, policy_version: int) -> list:
-        """This rank's episodes of iteration `it` on the generator's weights as they are (no collective)."""
+    def play_args(self, it: int, policy_version: int) -> tuple:
+        """Actor.play's arguments for this rank's episodes of iteration `it`: (rows, n, sampling, run)."""
         r = self.cfg.rollout
         sampling = Sampling(r.temperature, r.top_p, r.top_k, seed=hash((self.cfg.run.seed, it)) % 2**31)
         groups = range(self.d.rank, r.prompts, self.d.world)  # global prompt indices of this rank's prompts
-        return self.actor.play(self.prompts_for(it), r.n, sampling, policy_version=policy_version,
-                               uid_prefix=f"{it}-", groups=groups)
+        return self.prompts_for(it), r.n, sampling, dict(policy_version=policy_version, uid_prefix=f"{it}-",
+                                                         groups=groups)
+
+    def play(self, it: int, policy_version: int) -> list:
+        """This rank's episodes of iteration `it` on the generator's weights as they are (no collective)."""
+        rows, n, sampling, run = self.play_args(it, policy_version)
+        return self.actor.play(rows, n, sampling, **run)
+
+    def start_play(self, it: int, version: int):
+        """counted_play(it, version) in flight: a thread (train.overlap 1) or the rollout process (2); its
+        result() is counted_play's, its seconds and cpu_seconds the play's own."""
+        if isinstance(self.actor, RemoteActor):
+            rows, n, sampling, run = self.play_args(it, version)
+            return self.actor.start(rows, n, sampling, **run)
+        return Background(lambda: self.counted_play(it, version), self.device)
 
     def overlapped_rollout(self, it: int) -> tuple:
         """train.overlap: 1 (r1/overlap.py): iteration it's episodes (started during iteration it - 1; the
@@ -143,12 +160,14 @@ class Trainer:
             self.actor.refresh(self.learner.policy)  # between rollouts: none is in flight
         if it + 1 < self.cfg.train.steps and not self.ends_the_run():
             self.actor.loop.stop.clear()
-            self.pending = Background(lambda: self.counted_play(it + 1, it), self.device)
+            self.pending = self.start_play(it + 1, it)
         return self.check_episodes(played, it), seconds, lag, cpu, graphs, deferred
 
     def counted_play(self, it: int, version: int) -> tuple:
         """play(it) on weights of `version` -> (episodes, the Actor.graph_counts it added, the CUDA graph
         captures it deferred: chunk_graphs.hold_captures)."""
+        if isinstance(self.actor, RemoteActor):  # the process counts its own
+            return self.start_play(it, version).result()
         graphs, deferred = self.actor.graph_counts(), chunk_graphs.deferred()
         played = self.play(it, policy_version=version)
         return played, self.actor.graph_counts(since=graphs), chunk_graphs.deferred() - deferred
@@ -347,6 +366,8 @@ class Trainer:
                 self.pending.wait()
                 self.actor.loop.stop.clear()
                 self.pending = None
+            if isinstance(self.actor, RemoteActor):
+                self.actor.close()
             try:
                 self.saver.close()
             except OSError as e:  # a trajectory file not written: an error, unless another one is on its way out

@@ -1,0 +1,93 @@
+"""train.overlap: 2 (r1/rollout_process.py): the rollout process plays what the trainer's own actor would, on
+the weights the trainer last refreshed; its failures come back as one error (a traceback, or the exit code of
+a process that died), never a hang; a cancelled play raises Cancelled and the next play works; what it
+cannot do is refused before anything starts. The token-for-token match with the synchronous loop one update
+back is in tests/test_overlap.py (overlap 2)."""
+import pytest
+import torch
+
+from r1.actor import Actor
+from r1.config import ConfigError, load_config
+from r1.distributed import Dist
+from r1.generate import Sampling
+from r1.rollout import Cancelled
+from r1.rollout_process import RemoteActor, RolloutProcessError
+from r1.run import build_model, run_tokenizer
+from r1.tasks.data import load_rows
+from test_overlap import episodes
+from test_trainer import SMOKE, TINY
+
+CPU = Dist(0, 1, 0, torch.device("cpu"))
+
+
+def pieces(tmp_path, *more):
+    cfg = load_config(SMOKE, [f"run.dir={tmp_path / 'run'}", *TINY, "algo.policy_loss=decoupled_ppo",
+                              "train.overlap=2", *more])
+    tok = run_tokenizer(cfg)
+    model = build_model(cfg.model.path, cfg, tok, CPU.device, seed=0).eval().requires_grad_(False)
+    return cfg, tok, model, load_rows(cfg, "train")[:2]
+
+
+@pytest.fixture
+def remote(tmp_path):
+    cfg, tok, model, rows = pieces(tmp_path)
+    actor = RemoteActor(cfg, tok, model, 4, CPU)
+    yield actor, cfg, tok, model, rows
+    actor.close()
+
+
+def test_the_process_plays_what_an_actor_in_this_process_plays_on_the_refreshed_weights(remote):
+    actor, cfg, tok, model, rows = remote
+    here = Actor(cfg, tok, model, 4, CPU)
+    sampling = Sampling(1.0, seed=7)
+    assert episodes(actor.play(rows, 2, sampling, uid_prefix="a-")) == episodes(here.play(rows, 2, sampling,
+                                                                                          uid_prefix="a-"))
+    policy = build_model(cfg.model.path, cfg, tok, CPU.device, seed=1)  # other weights, copied in by refresh
+    actor.refresh(policy)  # writes the copy the process shares; `here` plays that same model object
+    assert episodes(actor.play(rows, 2, sampling, uid_prefix="b-")) == episodes(here.play(rows, 2, sampling,
+                                                                                          uid_prefix="b-"))
+    handle = actor.start(rows, 2, sampling)
+    with pytest.raises(RuntimeError, match="refresh while a rollout plays"):
+        actor.refresh(policy)
+    played, graphs, deferred = handle.result()
+    assert len(played) == 4 and graphs is None and deferred == 0 and handle.seconds > 0
+
+
+def test_a_cancelled_play_raises_cancelled_and_the_next_one_plays(remote):
+    actor, cfg, tok, model, rows = remote
+    actor.loop.stop.set()  # before the start: the process sees it at its first chunk
+    handle = actor.start(rows, 2, Sampling(1.0, seed=0))
+    with pytest.raises(Cancelled):
+        handle.result()
+    actor.loop.stop.clear()
+    assert len(actor.play(rows, 2, Sampling(1.0, seed=0))) == 4
+
+
+def test_an_error_in_the_process_comes_back_with_its_traceback(remote):
+    actor, cfg, tok, model, rows = remote
+    with pytest.raises(RolloutProcessError, match=r"(?s)the rollout process failed:\n.*Traceback"):
+        actor.play([{"no": "such row"}], 1, Sampling(1.0, seed=0))
+    assert len(actor.play(rows, 1, Sampling(1.0, seed=0))) == 2  # and it goes on
+
+
+def test_a_process_that_died_is_reported_with_its_exit_code_not_waited_for(remote):
+    actor = remote[0]
+    actor._proc.kill()
+    with pytest.raises(RolloutProcessError, match=r"^the rollout process died \(exit code -9\)$"):
+        actor.play(remote[4], 1, Sampling(1.0, seed=0))
+
+
+def test_a_process_that_cannot_start_says_why(tmp_path):
+    cfg, tok, model, _ = pieces(tmp_path)
+    cfg.model.tokenizer = str(tmp_path / "no-such-tokenizer")  # the process builds its own tokenizer from cfg
+    with pytest.raises(RolloutProcessError, match=r"(?s)could not start:\n.*no-such-tokenizer"):
+        RemoteActor(cfg, tok, model, 4, CPU)
+
+
+def test_what_the_process_cannot_do_is_refused_first(tmp_path):
+    cfg, tok, model, _ = pieces(tmp_path)
+    with pytest.raises(ConfigError, match=r"^config key 'train.overlap'=2 .* not under torchrun with 2 ranks"):
+        RemoteActor(cfg, tok, model, 4, Dist(0, 2, 0, torch.device("cpu")))
+    lora = r"^config key 'train.overlap' \(command line\)=2 .*model.lora_generator=merged"
+    with pytest.raises(ConfigError, match=lora):
+        load_config(SMOKE, [*TINY, "algo.policy_loss=decoupled_ppo", "train.overlap=2", "model.lora_rank=4"])
