@@ -186,7 +186,10 @@ def _interrupted(cfg, a, before) -> int:
             where = "the finished SFT phase (RL starts from its policy)"
         if not last:
             _remove_new(d, before, keep={"sft"})
-        print(f"interrupted: {d} resumes {where} with: python train.py {args} run.resume=true",
+        # train.overlap: a checkpoint lacks the weights the next rollout would sample with, so the run resumes
+        # synchronously (the trainer refuses an overlapped resume: r1/overlap.py)
+        sync = " train.overlap=0 run.allow_config_change=true" if last and cfg.train.overlap else ""
+        print(f"interrupted: {d} resumes {where} with: python train.py {args} run.resume=true{sync}",
               file=sys.stderr, flush=True)
         return 130
     removed = _remove_new(d, before)

@@ -521,6 +521,16 @@ def plan_for(cfg: Config, model_cfg, d) -> Plan:
     return out
 
 
+def split_fraction(plan: Plan, fraction: float, total: int) -> tuple:
+    """train.overlap 2 under run.memory_fraction < 1 (CUDA): (the trainer's cap, the rollout process's cap) as
+    fractions of the card, `total` bytes. The process gets what the plan puts there (its generator copy and
+    context, the KV cache, the graph pools, the rollout's transient) and a GiB of margin; the trainer the rest
+    of `fraction`. A cap is per process: without the split each could take all of `fraction`."""
+    child = sum(plan.items.get(k, 0) for k in ("rollout process", "kv cache", "cuda graphs")) + plan.rollout + GiB
+    child = min(child / total, fraction / 2)  # a plan that fits leaves the trainer at least its half
+    return fraction - child, child
+
+
 def device_capacity(device, fraction: float = 1.0) -> int:
     """Bytes this process may use on `device` (a torch.device), asked now.
 

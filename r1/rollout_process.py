@@ -18,17 +18,33 @@ What crosses the boundary, and why it stays exact:
   arguments; the episodes come back pickled. The sampling noise is keyed by
   (seed, uid, position) (r1/generate.py), so a seed's trajectories are the
   ones the trainer's own actor plays, whichever process plays them (a test);
-- errors: the child's traceback comes back as one error on the trainer's
-  side; a child that dies is reported with its exit code, never a hang.
+- errors: the child's exception comes back as itself where it pickles (a
+  task's TaskError stays one line in train.py), its traceback as the cause;
+  a child that dies is reported with its exit code, never a hang. The child
+  ignores Ctrl-C (the trainer stops it: loop.stop, then close) and ends with
+  its parent (Linux: PR_SET_PDEATHSIG).
 
 The child is started once (spawn: a CUDA context cannot be forked) and plays
 every rollout and every held-out evaluation; the trainer builds no actor of
 its own, so the KV cache lives only in the child. It costs a second
-generator copy and a CUDA context (the memory plan counts both). One process
-only: under torchrun each rank would need its own child, not built.
+generator copy and a CUDA context (the memory plan counts both); under
+run.memory_fraction < 1 the child is capped at its planned share and the
+trainer at the rest. One process only: under torchrun each rank would need
+its own child, not built. The child is a daemon, so an environment cannot
+start processes of its own there.
+
+What it can and cannot buy on a GPU: the host work of the two (the agent
+loop's Python, the update's launches) runs in parallel, which the profile
+says is the limit at 135M. Without MPS, two processes' kernels do not run
+side by side on one GPU the way two streams of one process can: the GPU
+time-slices between their contexts. Whether the host's gain outweighs that
+is for the GPU run to say. The trainer's own metrics (peak_mem_gb,
+alloc_retries, R1_PROFILE) see its process only.
 """
 from __future__ import annotations
 
+import pickle
+import signal
 import time
 import traceback
 
@@ -69,7 +85,10 @@ class Handle:
             raise Cancelled("the rollout was cancelled")
         if kind == "died":
             raise RolloutProcessError(self._msg[1])
-        raise RolloutProcessError(f"the rollout process failed:\n{self._msg[1]}")
+        cause = RolloutProcessError(f"the rollout process failed:\n{self._msg[1]}")
+        if self._msg[2] is not None:  # the child's exception itself: train.py treats it as it would here
+            raise self._msg[2] from cause
+        raise cause
 
 
 class _Stop:
@@ -83,7 +102,7 @@ class RemoteActor:
     """An Actor (r1/actor.py) whose plays run in a child process; the same `refresh`, `play`, `graph_counts`
     and `loop.stop`, plus `start` (a play in flight: Handle) and `close`."""
 
-    def __init__(self, cfg: Config, tok, model, slots: int, d):
+    def __init__(self, cfg: Config, tok, model, slots: int, d, child_fraction: float = 1.0):
         if d.world > 1:
             from r1.config import ConfigError
 
@@ -91,16 +110,25 @@ class RemoteActor:
                               f"process, not under torchrun with {d.world} ranks: use train.overlap=1")
         self.cfg, self.tok, self.model, self.d = cfg, tok, model, d
         self._graphs = (0, 0)  # the child's graph counts after its last play
-        self._busy = False
+        self._busy = self._broken = False
         ctx = mp.get_context("spawn")
         self.loop = _Stop(ctx.Event())
         self._conn, child = ctx.Pipe()
-        shared = {k: v.detach() for k, v in model.state_dict().items()}  # CPU: moved to shared memory when sent
-        self._proc = ctx.Process(target=_child, name="r1-rollout",
-                                 args=(cfg, model.cfg, shared, slots, str(d.device), child, self.loop.stop),
-                                 daemon=True)
-        self._proc.start()
-        child.close()
+        self._proc = ctx.Process(target=_child, name="r1-rollout", daemon=True,
+                                 args=(cfg, model.cfg, slots, str(d.device), child_fraction, child, self.loop.stop))
+        try:
+            self._proc.start()
+        except Exception as e:  # noqa: BLE001 - e.g. no room for the child's arguments in /dev/shm
+            raise RolloutProcessError(f"the rollout process could not start: {type(e).__name__}: {e}") from e
+        finally:
+            child.close()
+        # the weights after the start, over the pipe, so that the child opens them inside its error handling (CUDA
+        # IPC; a CPU tensor moves to shared memory here, in place, so the trainer's refreshes reach the child)
+        try:
+            self._conn.send({k: v.detach() for k, v in model.state_dict().items()})
+        except Exception as e:  # noqa: BLE001 - a child that died at once, or no shared memory
+            self.close()
+            raise RolloutProcessError(f"the rollout process could not start: {type(e).__name__}: {e}") from e
         msg = self._receive()
         if msg[0] != "ready":
             self.close()
@@ -141,6 +169,8 @@ class RemoteActor:
 
     def _receive(self):
         """The child's next message; a child that died says so (its exit code) instead of hanging."""
+        if self._broken:
+            return ("died", "the rollout process's pipe was cut mid-message (an interrupt): it cannot go on")
         try:
             while not self._conn.poll(0.5):
                 if not self._proc.is_alive():
@@ -148,6 +178,9 @@ class RemoteActor:
             msg = self._conn.recv()
         except (EOFError, OSError):  # closed or reset by a process that ended
             return ("died", self._died())
+        except BaseException:  # Ctrl-C while waiting: the next message may be cut; close() kills instead
+            self._broken = True
+            raise
         if msg[0] == "ok" and msg[6] is not None:
             self._graphs = msg[6]
         return msg
@@ -157,16 +190,22 @@ class RemoteActor:
         return f"the rollout process died (exit code {self._proc.exitcode})"
 
     def close(self):
-        """Stop the child (it ends after the play in flight, if any: set loop.stop first to cut that short)."""
-        if self._proc.is_alive():
+        """Stop the child: a play in flight is cancelled (loop.stop) and its reply drained, so the child is not
+        left blocked sending it; then it is asked to end, and killed if it does not within 30 s."""
+        if self._proc.is_alive() and not self._broken:
+            if self._busy:
+                self.loop.stop.set()
+                self._receive()  # cancelled, done or died: the child is free again
+                self._busy = False
+                self.loop.stop.clear()
             try:
                 self._conn.send(("close",))
-            except (BrokenPipeError, OSError):
+            except OSError:
                 pass
             self._proc.join(30)
-            if self._proc.is_alive():
-                self._proc.kill()
-                self._proc.join(5)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(5)
         self._conn.close()
 
 
@@ -177,9 +216,32 @@ def _copy_into(model, shared: dict):
             v.copy_(shared[k])
 
 
-def _child(cfg: Config, model_cfg, shared: dict, slots: int, device: str, conn, stop):
-    """The rollout process: build an Actor on a copy of the shared weights, then play what it is asked."""
+def _error(e: BaseException) -> tuple:
+    """An error message for the trainer: the traceback, and the exception itself where it pickles."""
     try:
+        pickle.loads(pickle.dumps(e))
+    except Exception:  # noqa: BLE001 - an exception that does not pickle travels as its traceback only
+        e = None
+    return ("error", traceback.format_exc(), e)
+
+
+def _end_with_parent():
+    """Linux: the kernel ends this process when the trainer's ends (a kill -9 included); elsewhere a no-op."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _child(cfg: Config, model_cfg, slots: int, device: str, fraction: float, conn, stop):
+    """The rollout process: build an Actor on a copy of the shared weights, then play what it is asked."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle: it stops this process
+    _end_with_parent()
+    dev = torch.device(device)
+    try:
+        shared = conn.recv()  # the trainer's generator copy (CUDA IPC or shared memory)
         from r1 import chunk_graphs
         from r1.actor import Actor
         from r1.distributed import Dist
@@ -187,9 +249,10 @@ def _child(cfg: Config, model_cfg, shared: dict, slots: int, device: str, conn, 
         from r1.rollout import Cancelled
         from r1.run import run_tokenizer
 
-        dev = torch.device(device)
         if dev.type == "cuda":
             torch.cuda.set_device(dev)
+            if fraction < 1:  # its planned share of run.memory_fraction (the trainer is capped at the rest)
+                torch.cuda.set_per_process_memory_fraction(fraction, dev)
         d = Dist(0, 1, dev.index or 0, dev)
         tok = run_tokenizer(cfg)
         dtype = next(iter(shared.values())).dtype
@@ -201,9 +264,12 @@ def _child(cfg: Config, model_cfg, shared: dict, slots: int, device: str, conn, 
         model.eval()
         actor = Actor(cfg, tok, model, slots, d)
         actor.loop.stop = stop
+        if dev.type == "cuda":  # the projections fused by the Generator left their unfused copies cached: free them
+            torch.cuda.synchronize(dev)
+            torch.cuda.empty_cache()
         conn.send(("ready", dev.type == "cuda"))
-    except BaseException:  # noqa: BLE001 - reported to the trainer, which raises it
-        conn.send(("error", traceback.format_exc()))
+    except BaseException as e:  # noqa: BLE001 - reported to the trainer, which raises it
+        conn.send(_error(e))
         return
     while True:
         try:
@@ -215,15 +281,18 @@ def _child(cfg: Config, model_cfg, shared: dict, slots: int, device: str, conn, 
         _, rows, n, sampling, run = msg
         t0, c0 = time.time(), time.process_time()
         try:
-            _copy_into(model, shared)
-            graphs, deferred = actor.graph_counts(), chunk_graphs.deferred()
-            played = actor.play(rows, n, sampling, **run)
-            if dev.type == "cuda":
-                torch.cuda.current_stream(dev).synchronize()  # done reading the shared copy before the reply
-            conn.send(("ok", played, actor.graph_counts(since=graphs), chunk_graphs.deferred() - deferred,
-                       time.time() - t0, time.process_time() - c0, actor.graph_counts()))
+            try:
+                _copy_into(model, shared)
+                graphs, deferred = actor.graph_counts(), chunk_graphs.deferred()
+                played = actor.play(rows, n, sampling, **run)
+            finally:  # done reading the shared copy before any reply: the trainer refreshes it next
+                if dev.type == "cuda":
+                    torch.cuda.current_stream(dev).synchronize()
+            reply = ("ok", played, actor.graph_counts(since=graphs), chunk_graphs.deferred() - deferred,
+                     time.time() - t0, time.process_time() - c0, actor.graph_counts())
         except Cancelled:
-            conn.send(("cancelled",))
-        except BaseException:  # noqa: BLE001 - reported to the trainer, which raises it
-            conn.send(("error", traceback.format_exc()))
+            reply = ("cancelled",)
+        except BaseException as e:  # noqa: BLE001 - reported to the trainer, which raises it
+            reply = _error(e)
+        conn.send(reply)
 

@@ -92,10 +92,16 @@ class Trainer:
             self.start = int(extra["iteration"])
             self.reward_moments = torch.tensor(extra.get("reward_moments", [0.0, 0.0, 0.0]), dtype=torch.float64)
             resumed = path
-        create_run_dir(cfg, self.d, run_identity(cfg, self.train_rows))
-        # train.overlap 2: the actor plays in a process of its own (r1/rollout_process.py)
-        actor = RemoteActor if cfg.train.overlap == 2 else Actor
-        self.actor = actor(cfg, self.tok, rollout_model, self.plan.slots, self.d)
+        if cfg.train.overlap == 2:  # the actor plays in a process of its own (r1/rollout_process.py), started
+            self.actor = self.rollout_process(rollout_model)  # before run.dir exists: a failure leaves nothing
+        try:
+            create_run_dir(cfg, self.d, run_identity(cfg, self.train_rows))
+        except BaseException:
+            if cfg.train.overlap == 2:
+                self.actor.close()
+            raise
+        if cfg.train.overlap != 2:
+            self.actor = Actor(cfg, self.tok, rollout_model, self.plan.slots, self.d)
         if resumed and self.d.main:
             print(f"resuming {cfg.run.dir} after iteration {self.start} ({os.path.basename(resumed)}); "
                   f"train.steps={cfg.train.steps}", flush=True)
@@ -105,6 +111,15 @@ class Trainer:
         self.fit_start = self.last_iter_s = None  # fit's clock, for train.time_limit with train.overlap
         self.alloc_retries = 0  # CUDA: the caching allocator's free-and-retry count so far
         self.fallbacks = eager_fallbacks()  # train.overlap: compiled-op calls that ran eager (r1/model._compile)
+
+    def rollout_process(self, rollout_model) -> RemoteActor:
+        """train.overlap 2's actor. Under run.memory_fraction < 1 on CUDA the fraction is split: the process
+        is capped at its planned share, this one at the rest (memory.split_fraction)."""
+        fraction, child = self.cfg.run.memory_fraction, 1.0
+        if self.device.type == "cuda" and fraction < 1:
+            mine, child = memory.split_fraction(self.plan, fraction, torch.cuda.mem_get_info(self.device)[1])
+            torch.cuda.set_per_process_memory_fraction(mine, self.device)
+        return RemoteActor(self.cfg, self.tok, rollout_model, self.plan.slots, self.d, child)
 
     # -- step 1: rollout -----------------------------------------------------
     def prompts_for(self, it: int) -> list:

@@ -3,6 +3,10 @@ the weights the trainer last refreshed; its failures come back as one error (a t
 a process that died), never a hang; a cancelled play raises Cancelled and the next play works; what it
 cannot do is refused before anything starts. The token-for-token match with the synchronous loop one update
 back is in tests/test_overlap.py (overlap 2)."""
+import os
+import re
+import signal
+
 import pytest
 import torch
 
@@ -13,6 +17,7 @@ from r1.generate import Sampling
 from r1.rollout import Cancelled
 from r1.rollout_process import RemoteActor, RolloutProcessError
 from r1.run import build_model, run_tokenizer
+from r1.tasks.registry import TaskError
 from r1.tasks.data import load_rows
 from test_overlap import episodes
 from test_trainer import SMOKE, TINY
@@ -63,11 +68,36 @@ def test_a_cancelled_play_raises_cancelled_and_the_next_one_plays(remote):
     assert len(actor.play(rows, 2, Sampling(1.0, seed=0))) == 4
 
 
-def test_an_error_in_the_process_comes_back_with_its_traceback(remote):
+def test_an_error_in_the_process_comes_back_as_itself_with_its_traceback(remote):
+    """A task's env that raises is a TaskError here as in the trainer's process (train.py prints it as one
+    line); the child's traceback is its cause. Ctrl-C is the trainer's: the child ignores it."""
     actor, cfg, tok, model, rows = remote
-    with pytest.raises(RolloutProcessError, match=r"(?s)the rollout process failed:\n.*Traceback"):
+    with pytest.raises(TaskError, match=r"^task synthetic: its env's reset\(\)") as e:
         actor.play([{"no": "such row"}], 1, Sampling(1.0, seed=0))
+    assert isinstance(e.value.__cause__, RolloutProcessError)
+    assert re.match(r"(?s)the rollout process failed:\n.*Traceback", str(e.value.__cause__))
+    os.kill(actor._proc.pid, signal.SIGINT)
     assert len(actor.play(rows, 1, Sampling(1.0, seed=0))) == 2  # and it goes on
+
+
+def test_close_during_a_play_cancels_it_and_the_process_ends_on_its_own(remote):
+    actor, cfg, tok, model, rows = remote
+    actor.start(rows * 64, 4, Sampling(1.0, seed=0))  # 512 episodes: a reply larger than the pipe's buffer
+    actor.close()
+    assert actor._proc.exitcode == 0  # not killed: it was not left blocked sending its episodes
+
+
+def test_the_memory_fraction_is_split_between_the_two_processes():
+    """run.memory_fraction caps each process: the rollout process gets its planned bytes and a GiB, the
+    trainer the rest, and never less than half."""
+    from r1.memory import GiB, Plan, split_fraction
+
+    plan = Plan("cuda", 100 * GiB, 1, 8, 512, 4096, False, True,
+                {"policy": 10 * GiB, "kv cache": 6 * GiB, "cuda graphs": GiB, "rollout process": GiB}, 20 * GiB,
+                GiB, 0)
+    mine, child = split_fraction(plan, 0.5, 100 * GiB)
+    assert child == pytest.approx(0.10) and mine == pytest.approx(0.40)
+    assert split_fraction(plan, 0.1, 100 * GiB) == pytest.approx((0.05, 0.05))
 
 
 def test_a_process_that_died_is_reported_with_its_exit_code_not_waited_for(remote):

@@ -88,6 +88,27 @@ def test_ctrl_c_keeps_a_run_that_saves_nothing(tmp_path, monkeypatch, capsys):
     assert len((run / "metrics.jsonl").read_text().splitlines()) == 2
 
 
+def test_ctrl_c_in_an_overlapped_run_prints_a_resume_command_that_is_not_refused(tmp_path, monkeypatch, capsys):
+    """An overlapped run cannot resume overlapped (its checkpoint lacks the next rollout's weights): the
+    printed command resumes it synchronously, and it runs."""
+    import shlex
+
+    import train
+
+    run = tmp_path / "r"
+    args = ["--config", SMOKE, *TINY, f"run.dir={run}", "train.steps=3", "train.overlap=1",
+            "algo.policy_loss=decoupled_ppo"]
+    stop_at(monkeypatch, 2)
+    with pytest.raises(SystemExit) as e:
+        train.main(args)
+    assert e.value.code == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].endswith("run.resume=true train.overlap=0 run.allow_config_change=true"), err
+    monkeypatch.undo()
+    train.main(shlex.split(err[0].split(" with: python train.py ", 1)[1]))
+    assert (run / "hf").is_dir()
+
+
 def test_ctrl_c_never_removes_what_was_there_before(tmp_path, monkeypatch, capsys):
     import train
 
