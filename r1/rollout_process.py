@@ -241,6 +241,10 @@ def _child(cfg: Config, model_cfg, slots: int, device: str, fraction: float, con
     _end_with_parent()
     dev = torch.device(device)
     try:
+        if dev.type == "cuda":
+            torch.cuda.set_device(dev)
+            if fraction < 1:  # its planned share of run.memory_fraction (the trainer is capped at the rest)
+                torch.cuda.set_per_process_memory_fraction(fraction, dev)
         shared = conn.recv()  # the trainer's generator copy (CUDA IPC or shared memory)
         from r1 import chunk_graphs
         from r1.actor import Actor
@@ -249,10 +253,6 @@ def _child(cfg: Config, model_cfg, slots: int, device: str, fraction: float, con
         from r1.rollout import Cancelled
         from r1.run import run_tokenizer
 
-        if dev.type == "cuda":
-            torch.cuda.set_device(dev)
-            if fraction < 1:  # its planned share of run.memory_fraction (the trainer is capped at the rest)
-                torch.cuda.set_per_process_memory_fraction(fraction, dev)
         d = Dist(0, 1, dev.index or 0, dev)
         tok = run_tokenizer(cfg)
         dtype = next(iter(shared.values())).dtype
