@@ -308,7 +308,7 @@ class Train:
     """RL: 1 = the rollout of iteration k+1 runs (a background thread) while iteration k scores and updates,
     on the weights before update k: one step off-policy, corrected with the sampler's logprobs (needs
     algo.policy_loss=decoupled_ppo or algo.tis_cap > 0; run.resume is refused). 2 = the same with the rollout
-    in a process of its own, so the two do not take turns on one interpreter (one process, no LoRA adapters
+    in a process of its own, so the two do not take turns on one interpreter (one a rank, no LoRA adapters
     generator: r1/rollout_process.py). 0 = the synchronous loop (r1/overlap.py)."""
     time_limit: float = 0.0
     """RL: stop after the iteration that passes this many seconds of this process's training

@@ -29,8 +29,9 @@ every rollout and every held-out evaluation; the trainer builds no actor of
 its own, so the KV cache lives only in the child. It costs a second
 generator copy and a CUDA context (the memory plan counts both); under
 run.memory_fraction < 1 the child is capped at its planned share and the
-trainer at the rest. One process only: under torchrun each rank would need
-its own child, not built. The child is a daemon, so an environment cannot
+trainer at the rest. Under torchrun each rank has its own: the refresh's
+gather stays a collective of the trainers, the processes hold no process
+group. The child is a daemon, so an environment cannot
 start processes of its own there.
 
 What it can and cannot buy on a GPU: the host work of the two (the agent
@@ -103,11 +104,6 @@ class RemoteActor:
     and `loop.stop`, plus `start` (a play in flight: Handle) and `close`."""
 
     def __init__(self, cfg: Config, tok, model, slots: int, d, child_fraction: float = 1.0):
-        if d.world > 1:
-            from r1.config import ConfigError
-
-            raise ConfigError(f"config key 'train.overlap'=2 (the rollout in a process of its own) runs on one "
-                              f"process, not under torchrun with {d.world} ranks: use train.overlap=1")
         self.cfg, self.tok, self.model, self.d = cfg, tok, model, d
         self._graphs = (0, 0)  # the child's graph counts after its last play
         self._busy = self._broken = False

@@ -136,12 +136,14 @@ def test_config_accepts():
 
 
 def test_world2_equals_world1_with_overlap(tmp_path, tok_dir):
-    """Under FSDP (2 processes, gloo) the rollout thread runs beside the update's collectives; every
-    iteration's numbers equal those of one process, with decoupled PPO on the stale samples."""
+    """Under FSDP (2 processes, gloo) the rollout thread (or each rank's rollout process, train.overlap 2) runs
+    beside the update's collectives; every iteration's numbers equal those of one process, with decoupled PPO
+    on the stale samples."""
     common = ["train.overlap=1", "algo.policy_loss=decoupled_ppo", "algo.tis_cap=2", "train.steps=3", "train.lr=1e-3",
               "train.critic_lr=1e-3", "algo.whiten=true"]
     runs = {"grpo_overlap": ["algo.advantage=grpo", *common],
-            "step_gae_overlap": ["algo.advantage=step_gae", *common]}
+            "step_gae_overlap": ["algo.advantage=step_gae", *common],
+            "step_gae_process": ["algo.advantage=step_gae", *common, "train.overlap=2"]}  # each rank's own process
     for name, (one, two) in run_both(tmp_path, tok_dir, runs).items():
         assert len(one) == len(two) == 3, name
         assert [m["policy_lag"] for m in one] == [0.0, 1.0, 1.0]
