@@ -12,8 +12,8 @@
 #   env: STEPS (default 12), EXTRA (overrides for every run: CPU dry runs), SAVE ('' = do not save),
 #        PROFILE=N (iteration N of every run under R1_PROFILE: how busy the GPU is in each phase, with and without
 #        overlap; the medians of iterations 2..STEPS barely move for one slower iteration. Under overlap each
-#        phase's busy time includes the rollout thread's kernels (not the o2 lanes': their rollout is another process, which
-#        the profiler does not see), and the report, written while the next
+#        phase's busy time includes the rollout thread's kernels (not the o2 lanes': their rollout is another
+#        process, which the profiler does not see), and the report, written while the next
 #        rollout plays, slows iteration N+1 too)
 #        SFT_STEPS=N (MODEL is the GGUF: first the SFT these runs start from, N steps x 32 chats at lr 5e-5 into
 #        RESULTS_DIR/sft, as the fifteenth session did by hand with 467; then MODEL is its hf/)

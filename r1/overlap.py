@@ -18,7 +18,8 @@ Why a thread (train.overlap: 1): the generator, its KV cache and the
 environments stay where they are, and the trajectories come back as Python
 objects. Its cost, profiled at 135M (docs/LOG.md, 2026-12-03): the two
 threads took turns on the host, 1.07 cores together; train.overlap: 2 plays
-in a process of its own instead (r1/rollout_process.py). The thread runs only the agent loop (the generator has its own copy
+in a process of its own instead (r1/rollout_process.py). The thread runs
+only the agent loop (the generator has its own copy
 of the weights: r1/actor.generator_model): every collective (the refresh's
 gather under FSDP, check_episodes' sums) stays on the main thread, in the same
 order on every rank. On CUDA the thread queues on a stream of its own, so its

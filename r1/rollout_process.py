@@ -10,7 +10,8 @@ What crosses the boundary, and why it stays exact:
 - the weights: the trainer keeps its generator copy (r1/actor.py) and
   refreshes it as before, between rollouts; that copy's tensors are shared
   with the child (CUDA IPC on a GPU, shared memory on a CPU), and the child
-  copies them into its own generator model at the start of every play, so
+  copies them into its own generator model at the start of a play that
+  follows a refresh (a count travels with each request), so
   the child's layout (fused projections, CUDA graphs' fixed addresses) is its
   own business. The trainer synchronizes its stream before it asks for a
   play, and never refreshes while one runs (r1/overlap.py's protocol);
@@ -100,13 +101,13 @@ class _Stop:
 
 
 class RemoteActor:
-    """An Actor (r1/actor.py) whose plays run in a child process; the same `refresh`, `play`, `graph_counts`
-    and `loop.stop`, plus `start` (a play in flight: Handle) and `close`."""
+    """An Actor (r1/actor.py) whose plays run in a child process; the same `refresh`, `play` and `loop.stop`,
+    plus `start` (a play in flight: Handle, which returns the child's own graph counts) and `close`."""
 
     def __init__(self, cfg: Config, tok, model, slots: int, d, child_fraction: float = 1.0):
         self.cfg, self.tok, self.model, self.d = cfg, tok, model, d
-        self._graphs = (0, 0)  # the child's graph counts after its last play
         self._busy = self._broken = False
+        self._refreshes = 0  # sent with each play: the child copies the shared weights when it moved
         ctx = mp.get_context("spawn")
         self.loop = _Stop(ctx.Event())
         self._conn, child = ctx.Pipe()
@@ -129,7 +130,6 @@ class RemoteActor:
         if msg[0] != "ready":
             self.close()
             raise RolloutProcessError(f"the rollout process could not start:\n{msg[1]}")
-        self.on_cuda = msg[1]
 
     def refresh(self, policy):
         """Copy the policy's weights into the shared generator copy (r1/actor.Actor.refresh); never while a
@@ -139,6 +139,7 @@ class RemoteActor:
         from r1.actor import Actor
 
         Actor.refresh(self, policy)
+        self._refreshes += 1
 
     def start(self, rows: list, n: int, sampling, **run) -> Handle:
         """Ask the child to play; returns at once."""
@@ -147,7 +148,7 @@ class RemoteActor:
         if self.d.device.type == "cuda":
             torch.cuda.current_stream(self.d.device).synchronize()  # the refresh's copies land before the child reads
         try:
-            self._conn.send(("play", rows, n, sampling, run))
+            self._conn.send(("play", self._refreshes, rows, n, sampling, run))
         except OSError:  # a broken pipe: the process is gone
             raise RolloutProcessError(self._died()) from None
         self._busy = True
@@ -155,13 +156,6 @@ class RemoteActor:
 
     def play(self, rows: list, n: int, sampling, **run) -> list:
         return self.start(rows, n, sampling, **run).result()[0]
-
-    def graph_counts(self, since: tuple | None = None) -> tuple | None:
-        """The child's (eager prefill chunks, CUDA graphs captured) after its last play (Actor.graph_counts)."""
-        if not self.on_cuda:
-            return None
-        now = self._graphs
-        return now if since is None else (now[0] - since[0], now[1] - since[1])
 
     def _receive(self):
         """The child's next message; a child that died says so (its exit code) instead of hanging."""
@@ -177,8 +171,6 @@ class RemoteActor:
         except BaseException:  # Ctrl-C while waiting: the next message may be cut; close() kills instead
             self._broken = True
             raise
-        if msg[0] == "ok" and msg[6] is not None:
-            self._graphs = msg[6]
         return msg
 
     def _died(self) -> str:
@@ -263,10 +255,11 @@ def _child(cfg: Config, model_cfg, slots: int, device: str, fraction: float, con
         if dev.type == "cuda":  # the projections fused by the Generator left their unfused copies cached: free them
             torch.cuda.synchronize(dev)
             torch.cuda.empty_cache()
-        conn.send(("ready", dev.type == "cuda"))
+        conn.send(("ready",))
     except BaseException as e:  # noqa: BLE001 - reported to the trainer, which raises it
         conn.send(_error(e))
         return
+    copied = 0  # the trainer's refresh count the model holds (0: the weights as shared at the start)
     while True:
         try:
             msg = conn.recv()
@@ -274,18 +267,20 @@ def _child(cfg: Config, model_cfg, slots: int, device: str, fraction: float, con
             return
         if msg[0] == "close":
             return
-        _, rows, n, sampling, run = msg
+        _, refreshes, rows, n, sampling, run = msg
         t0, c0 = time.time(), time.process_time()
         try:
             try:
-                _copy_into(model, shared)
+                if refreshes != copied:  # the trainer refreshed the shared copy since the last play
+                    _copy_into(model, shared)
+                    copied = refreshes
                 graphs, deferred = actor.graph_counts(), chunk_graphs.deferred()
                 played = actor.play(rows, n, sampling, **run)
             finally:  # done reading the shared copy before any reply: the trainer refreshes it next
                 if dev.type == "cuda":
                     torch.cuda.current_stream(dev).synchronize()
             reply = ("ok", played, actor.graph_counts(since=graphs), chunk_graphs.deferred() - deferred,
-                     time.time() - t0, time.process_time() - c0, actor.graph_counts())
+                     time.time() - t0, time.process_time() - c0)
         except Cancelled:
             reply = ("cancelled",)
         except BaseException as e:  # noqa: BLE001 - reported to the trainer, which raises it

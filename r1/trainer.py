@@ -92,16 +92,16 @@ class Trainer:
             self.start = int(extra["iteration"])
             self.reward_moments = torch.tensor(extra.get("reward_moments", [0.0, 0.0, 0.0]), dtype=torch.float64)
             resumed = path
-        if cfg.train.overlap == 2:  # the actor plays in a process of its own (r1/rollout_process.py), started
-            self.actor = self.rollout_process(rollout_model)  # before run.dir exists: a failure leaves nothing
+        # train.overlap 2: the actor plays in a process of its own (r1/rollout_process.py), started before
+        # run.dir exists, so that a failure to start leaves nothing behind
+        remote = self.rollout_process(rollout_model) if cfg.train.overlap == 2 else None
         try:
             create_run_dir(cfg, self.d, run_identity(cfg, self.train_rows))
         except BaseException:
-            if cfg.train.overlap == 2:
-                self.actor.close()
+            if remote is not None:
+                remote.close()
             raise
-        if cfg.train.overlap != 2:
-            self.actor = Actor(cfg, self.tok, rollout_model, self.plan.slots, self.d)
+        self.actor = remote or Actor(cfg, self.tok, rollout_model, self.plan.slots, self.d)
         if resumed and self.d.main:
             print(f"resuming {cfg.run.dir} after iteration {self.start} ({os.path.basename(resumed)}); "
                   f"train.steps={cfg.train.steps}", flush=True)

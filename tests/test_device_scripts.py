@@ -92,8 +92,8 @@ def test_phases_record_the_job_pid_and_a_begin_line(tmp_path):
     assert (tmp_path / "progress.txt").read_text().splitlines()[-1].endswith(f"begin: job pid {pid}")
 
 
-@pytest.mark.parametrize("script", ["h200_lora_pair.sh", "h200_ablate_set.sh", "h200_ablate.sh", "h200_recipe.sh", "h200_iteration_3b.sh",
-                                    "h200_iteration.sh"])
+@pytest.mark.parametrize("script", ["h200_lora_pair.sh", "h200_ablate_set.sh", "h200_ablate.sh", "h200_recipe.sh",
+                                    "h200_iteration_3b.sh", "h200_iteration.sh"])
 def test_job_scripts_without_their_folders_print_usage(tmp_path, script):
     """A job started with too few arguments says how to call it in one line (not 'unbound variable'), writes
     nothing and exits 2: on the device that mistake would otherwise cost a call."""

@@ -110,6 +110,11 @@ def test_the_memory_plan_counts_the_generators_own_copy():
     assert sync.peak == sync.persistent + max(sync.update, sync.rollout) and not sync.concurrent
     assert overlap.concurrent and overlap.peak == overlap.persistent + overlap.update + overlap.rollout
     assert overlap.rollout > 0 and "during the update: train.overlap" in overlap.line()
+    # train.overlap 2: the rollout process's own generator copy and runtime on top, nothing else changed
+    process = memory.estimate(load_config(SMOKE, ["train.overlap=2", "algo.tis_cap=2"]), mc, 1, "cpu", 2**34)
+    assert "rollout process" not in overlap.items
+    assert process.items.pop("rollout process") == 4 * memory.param_count(mc) + memory.CPU_RUNTIME
+    assert process.items == overlap.items
 
 
 def test_resume_with_overlap_is_refused(tmp_path):
