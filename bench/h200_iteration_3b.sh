@@ -2,7 +2,8 @@
 # Issue 31, the last line of deliverable 4: the 3B shape's iteration time with and without overlap, one H200.
 # A Qwen2.5-3B-shaped model with random weights and SmolLM2's vocabulary (bench/random_model.py: speed and memory
 # do not depend on the weights' values), configs/gsm8k_tool.yaml (PPO, critic, step GAE) at 32 prompts x 8:
-# bench/h200_iteration.sh's ppo-o0 then ppo-o1, STEPS iterations each, the GPU to itself. A random policy
+# bench/h200_iteration.sh's ppo-o0, ppo-o1 and ppo-o2 (the rollout in a process), STEPS iterations each, the GPU
+# to itself (an overlapped run's last iteration starts no rollout: STEPS 4 leaves two steady ones). A random policy
 # rarely makes a tool call, so most episodes end after one turn of up to rollout.max_new_tokens (measured: 1.05
 # turns, 200 response tokens an episode; docs/results/iteration_3b), about a trained agent's 169 (recipe1), in fewer turns.
 # run.save=false: a 3B checkpoint with its critic and AdamW state is about 64 GiB, the device's whole disk.
@@ -21,5 +22,5 @@ if [ -z "${MODEL:-}" ] && [ ! -f "$M/config.json" ]; then
   python3 "$(dirname "$0")/random_model.py" --shape 3b --tokenizer "$T" --out "$M" || exit 1
 fi
 STEPS=${STEPS:-4} SAVE=${SAVE-bench/results/iteration_3b_h200.json} \
-  SKIP="grpo-o0 grpo-o1 ppo-o1-sw200 ppo-mt4096-frac015 ppo-mt4096" \
+  SKIP="grpo-o0 grpo-o1 grpo-o2 ppo-o1-sw200 ppo-mt4096-frac015 ppo-mt4096" \
   EXTRA="rollout.prompts=32 run.save=false ${EXTRA:-}" bash "$(dirname "$0")/h200_iteration.sh" "$M" "$R"

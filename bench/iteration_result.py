@@ -4,13 +4,16 @@ runs' own metrics.jsonl; nothing here times anything.
     python bench/iteration_result.py --runs R/ppo-o0 R/ppo-o1 ... [--save bench/results/iteration_h200.json]
 
 One object per run: name "iteration", model (model.path), algo (algo.advantage of its config.yaml),
-overlap, micro_tokens and memory_fraction as asked, and medians over iterations 2..n (the first compiles and captures):
+overlap, micro_tokens and memory_fraction as asked, and medians over iterations 2..n (the first compiles and captures;
+with overlap, 2..n-1: the last iteration of an overlapped run starts no next rollout, so it is faster than
+the steady state, and counting it favoured overlap):
 iteration_s (the step of time_elapsed), rollout_s (what the iteration waited for its rollout), score_s,
 update_s, and with overlap rollout_play_s (the rollout's own time) and each thread's CPU seconds,
 cpu_rollout_s and cpu_main_s (medians over the iterations that logged them); alloc_retries (CUDA, summed
 over 2..n), eager_op_fallbacks (summed over all iterations: the first is where compiles happen) and
 captures_deferred (overlap: CUDA graph captures held off while the update ran, summed over 2..n). It
-refuses a run with fewer than 3 iterations.
+refuses a run with fewer than 3 iterations (with overlap, 3 leave one steady iteration). --device and --torch name the machine the runs
+ran on when they are read elsewhere (default: this machine's).
 """
 import argparse
 import datetime
@@ -26,17 +29,20 @@ def run_result(run: str) -> dict:
         cfg = yaml.safe_load(f)
     with open(os.path.join(run, "metrics.jsonl")) as f:
         lines = [json.loads(ln) for ln in f if ln.strip()]
+    overlap = cfg["train"].get("overlap", 0)
     if len(lines) < 3:
         raise SystemExit(f"error: {run}: {len(lines)} iterations in metrics.jsonl, need at least 3")
-    later = lines[1:]
-    elapsed = [b["time_elapsed"] - a["time_elapsed"] for a, b in zip(lines, lines[1:])]
+    steady = lines[:-1] if overlap else lines  # overlap: the last iteration starts no rollout (above)
+    later = steady[1:]
+    elapsed = [b["time_elapsed"] - a["time_elapsed"] for a, b in zip(steady, steady[1:])]
     med = lambda key: round(statistics.median(m[key] for m in later), 3)  # noqa: E731
     out = {"name": "iteration", "run": os.path.basename(os.path.normpath(run)), "model": cfg["model"]["path"],
            "algo": cfg["algo"]["advantage"],
-           "policy_loss": cfg["algo"]["policy_loss"], "overlap": cfg["train"].get("overlap", 0),
+           "policy_loss": cfg["algo"]["policy_loss"], "overlap": overlap,
            "micro_tokens": cfg["train"]["micro_tokens"] or "auto", "memory_fraction": cfg["run"]["memory_fraction"],
            "iterations": len(lines), "iteration_s": round(statistics.median(elapsed), 3),
-           "rollout_s": med("time_rollout"), "score_s": med("time_score"), "update_s": med("time_train")}
+           "rollout_s": med("time_rollout"), "score_s": med("time_score"), "update_s": med("time_train"),
+           "medians_over": "iterations 2..n-1" if overlap else "iterations 2..n"}
     if "time_rollout_play" in later[0]:
         out["rollout_play_s"] = med("time_rollout_play")
     for key in ("cpu_rollout_s", "cpu_main_s"):  # overlap: each thread's CPU seconds (an iteration that played
@@ -45,10 +51,11 @@ def run_result(run: str) -> dict:
             out[key] = round(statistics.median(have), 3)
     if any("eager_op_fallbacks" in m for m in lines):
         out["eager_op_fallbacks"] = sum(m.get("eager_op_fallbacks", 0) for m in lines)
-    if any("captures_deferred" in m for m in later):
-        out["captures_deferred"] = sum(m.get("captures_deferred", 0) for m in later)
-    if "alloc_retries" in later[0]:
-        out["alloc_retries"] = sum(m["alloc_retries"] for m in later)
+    rest = lines[1:]  # counts: every iteration after the first
+    if any("captures_deferred" in m for m in rest):
+        out["captures_deferred"] = sum(m.get("captures_deferred", 0) for m in rest)
+    if "alloc_retries" in rest[0]:
+        out["alloc_retries"] = sum(m["alloc_retries"] for m in rest)
     out["reward_mean_last"] = lines[-1].get("reward_mean")
     return out
 
@@ -57,12 +64,14 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", nargs="+", required=True)
     ap.add_argument("--save", default="")
+    ap.add_argument("--device", default="", help="the GPU the runs ran on (default: this machine's)")
+    ap.add_argument("--torch", default="", help="the torch version they ran with (default: this one)")
+    ap.add_argument("--date", default="", help="the day they ran (default: today)")
     a = ap.parse_args()
     import torch
 
-    meta = {"device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-            "torch": torch.__version__, "date": datetime.date.today().isoformat(),
-            "medians_over": "iterations 2..n"}
+    meta = {"device": a.device or (torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"),
+            "torch": a.torch or torch.__version__, "date": a.date or datetime.date.today().isoformat()}
     results = [{**run_result(r), **meta} for r in a.runs]
     for r in results:
         print(json.dumps(r))

@@ -1,5 +1,6 @@
-"""bench/iteration_result.py reads a run's own files: medians over iterations 2..n, the fields the issue asks
-for, and a refusal for a run too short to have a median."""
+"""bench/iteration_result.py reads a run's own files: medians over iterations 2..n (2..n-1 with overlap: the
+last overlapped iteration starts no rollout), the fields the issue asks for, and a refusal for a run too short
+to have a median."""
 import json
 import os
 import subprocess
@@ -31,20 +32,34 @@ def line(elapsed, roll, score, train, play):
 
 
 def test_medians_skip_the_first_iteration(tmp_path):
-    run = str(tmp_path / "grpo-o1")
-    fake_run(run, [line(30, 20, 9, 9, 20), line(34, 0.1, 1, 2, 3), line(39, 0.3, 2, 3, 4), line(42, 0.2, 3, 1, 5)])
+    lines = [line(30, 20, 9, 9, 20), line(34, 0.1, 1, 2, 3), line(39, 0.3, 2, 3, 4), line(42, 0.2, 3, 1, 5)]
+    run = str(tmp_path / "grpo-o0")
+    fake_run(run, lines, overlap=0)
     r = run_result(run)
-    assert (r["name"], r["algo"], r["overlap"], r["micro_tokens"]) == ("iteration", "grpo", 1, "auto")
-    assert r["model"] == "/root/res/sft/hf"
+    assert (r["name"], r["algo"], r["overlap"], r["micro_tokens"]) == ("iteration", "grpo", 0, "auto")
+    assert r["model"] == "/root/res/sft/hf" and r["medians_over"] == "iterations 2..n"
     assert (r["iteration_s"], r["rollout_s"], r["score_s"], r["update_s"], r["rollout_play_s"]) == (4, 0.2, 2, 2, 4)
+
+
+def test_an_overlapped_run_leaves_out_its_last_iteration_too(tmp_path):
+    """Its last iteration starts no next rollout, so it is faster than the others; counting it favoured overlap."""
+    lines = [line(30, 20, 9, 9, 20), line(34, 0.1, 1, 2, 3), line(39, 0.3, 2, 3, 4), line(44, 0.2, 3, 1, 5),
+             line(45, 0.0, 0.5, 0.5, 0)]
+    run = str(tmp_path / "grpo-o1")
+    fake_run(run, lines)
+    r = run_result(run)
+    assert r["medians_over"] == "iterations 2..n-1" and r["iterations"] == 5
+    assert (r["iteration_s"], r["rollout_s"], r["score_s"], r["update_s"], r["rollout_play_s"]) == (5, 0.2, 2, 2, 4)
 
 
 def test_thread_cpu_seconds_and_fallbacks_under_overlap(tmp_path):
     """Overlap runs log each thread's CPU seconds (medians, iterations 2..n) and eager-op fallbacks (a sum);
     runs without them report neither."""
     run = str(tmp_path / "ppo-o1")
-    lines = [line(30, 20, 9, 9, 20), line(34, 0.1, 1, 2, 3), line(39, 0.3, 2, 3, 4), line(42, 0.2, 3, 1, 5)]
-    for m, cr, cm, fb, cd in zip(lines, (None, 1.0, 2.0, 3.0), (9, 2.5, 1.5, 0.5), (40, 2, 0, 0), (0, 7, 5, 3)):
+    lines = [line(30, 20, 9, 9, 20), line(34, 0.1, 1, 2, 3), line(39, 0.3, 2, 3, 4), line(42, 0.2, 3, 1, 5),
+             line(43, 0, 0.5, 0.5, 0)]  # the last: no next rollout, out of the medians, in the counts
+    for m, cr, cm, fb, cd in zip(lines, (None, 1.0, 2.0, 3.0, 9.0), (9, 2.5, 1.5, 0.5, 0.1), (40, 2, 0, 0, 0),
+                                 (0, 7, 5, 3, 0)):
         m.update({"cpu_main_s": cm, "eager_op_fallbacks": fb, "captures_deferred": cd,
                   **({} if cr is None else {"cpu_rollout_s": cr})})
     fake_run(run, lines)
