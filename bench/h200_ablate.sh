@@ -22,11 +22,15 @@
 #     TEST (lanes that are final recipes, e.g. "recipe lora" for issue 30's LoRA against full fine-tuning at equal
 #     time: each read ONCE on the whole test split after everything else, the first named the pair's baseline;
 #     never used to choose, which the validation table does)
+#     BASE_ABL (ablation files layered under every lane, the recipe's included, e.g. "grpo": issue 31's GRPO pair
+#     as the recipe's lane against overlap_process, two lanes rather than three)
 #   python bench/ablation_table.py RESULTS_DIR            # the README table and the PNG curves, afterwards
 set -u
 [ $# -ge 2 ] || { echo "usage: bench/h200_ablate.sh SFT_HF RESULTS_DIR [RECIPE] (see the comment at its top)"; exit 2; }
 [ -d configs/ablations ] || { echo "bench/h200_ablate.sh: run it from the repository root (no configs/ablations here)"; exit 2; }
 for n in ${ONLY:-}; do [ -e "configs/ablations/$n.yaml" ] || { echo "bench/h200_ablate.sh: ONLY names $n, not in configs/ablations/"; exit 2; }; done
+base=(); for n in ${BASE_ABL:-}; do [ -e "configs/ablations/$n.yaml" ] || {
+  echo "bench/h200_ablate.sh: BASE_ABL names $n, not in configs/ablations/"; exit 2; }; base+=(--config "configs/ablations/$n.yaml"); done
 S=$1; R=$2; REC=${3:-configs/gsm8k_tool_30min.yaml}; mkdir -p "$R"
 T=${ABL_TIME:-300}; X=${EXTRA:-}
 read -r -a gpus <<< "${GPUS:-}"; G=${#gpus[@]}  # GPUS="0 1": lane k of a wave on GPU gpus[k % G]
@@ -37,24 +41,24 @@ names=(recipe); for f in configs/ablations/*.yaml; do n=$(basename "$f" .yaml)
 lane() {  # name [gpu]: RL from the SFT policy for T seconds, in-run curve on 200 validation problems, then all
   local n=$1 more=(); [ "$n" != recipe ] && more=(--config "configs/ablations/$n.yaml")
   [ -n "${2:-}" ] && export CUDA_VISIBLE_DEVICES=$2  # in the lane's own subshell (it runs with &)
-  phase "rl-$n" python3 train.py --config "$REC" "${more[@]}" model.path="$S" run.dir="$R/$n" train.sft_steps=0 \
+  phase "rl-$n" python3 train.py --config "$REC" "${base[@]}" "${more[@]}" model.path="$S" run.dir="$R/$n" train.sft_steps=0 \
     train.time_limit=$T eval.every=10 eval.limit=200 run.memory_fraction=$F log.progress=false $X &&
-  phase "val-$n" python3 eval.py --config "$REC" "${more[@]}" model.path="$R/$n" eval.split=val eval.limit=0 \
+  phase "val-$n" python3 eval.py --config "$REC" "${base[@]}" "${more[@]}" model.path="$R/$n" eval.split=val eval.limit=0 \
     run.memory_fraction=$F eval.out="$R/val-$n" $X && tail -1 "$R/val-$n.log" > "$R/val-$n.json"
 }
-log "begin: ${names[*]} (ABL_TIME=$T, $L lanes a wave, memory_fraction $F${GPUS:+, GPUs $GPUS})"
+log "begin: ${names[*]} (ABL_TIME=$T, $L lanes a wave, memory_fraction $F${GPUS:+, GPUs $GPUS}${BASE_ABL:+, every lane on $BASE_ABL})"
 for ((i = 0; i < ${#names[@]}; i += L)); do
   k=0; for n in "${names[@]:i:L}"; do lane "$n" "${gpus[$((k % (G > 0 ? G : 1)))]:-}" & k=$((k + 1)); done
   wait
 done
 # what a lane pays for sharing: the recipe's lane alone, same seconds, same memory fraction, no evaluation after
-[ "$L" -gt "$((G > 0 ? G : 1))" ] && [ "${SOLO:-1}" = 1 ] && phase "rl-solo" python3 train.py --config "$REC" model.path="$S" run.dir="$R/solo/recipe" \
+[ "$L" -gt "$((G > 0 ? G : 1))" ] && [ "${SOLO:-1}" = 1 ] && phase "rl-solo" python3 train.py --config "$REC" "${base[@]}" model.path="$S" run.dir="$R/solo/recipe" \
   train.sft_steps=0 train.time_limit=$T eval.every=10 eval.limit=200 run.memory_fraction=$F log.progress=false $X
 # a lane whose file changes the environment (env.max_steps, the context policy) is read under it, so the recipe's
 # lane is read under it too: the lane against that read is what its training changed, apart from the budget
 for n in "${names[@]:1}"; do
   grep -q '^env:' "configs/ablations/$n.yaml" || continue
-  phase "val-recipe-as-$n" python3 eval.py --config "$REC" --config "configs/ablations/$n.yaml" model.path="$R/recipe" \
+  phase "val-recipe-as-$n" python3 eval.py --config "$REC" "${base[@]}" --config "configs/ablations/$n.yaml" model.path="$R/recipe" \
     eval.split=val eval.limit=0 run.memory_fraction=$F eval.out="$R/val-recipe-as-$n" $X \
     && tail -1 "$R/val-recipe-as-$n.log" > "$R/val-recipe-as-$n.json"
 done
@@ -67,7 +71,7 @@ done > "$R/compare.jsonl"
 first=""; : > "$R/test-compare.jsonl"
 for n in ${TEST:-}; do
   more=(); [ "$n" != recipe ] && more=(--config "configs/ablations/$n.yaml")
-  phase "test-$n" python3 eval.py --config "$REC" "${more[@]}" model.path="$R/$n" eval.split=test eval.limit=0 \
+  phase "test-$n" python3 eval.py --config "$REC" "${base[@]}" "${more[@]}" model.path="$R/$n" eval.split=test eval.limit=0 \
     eval.out="$R/test-$n" $X && tail -1 "$R/test-$n.log" > "$R/test-$n.json"
   if [ -z "$first" ]; then first=$n
   elif [ -e "$R/test-$n.json" ] && [ -e "$R/test-$first.json" ]; then

@@ -7,7 +7,8 @@
 # with the recipe lane of its own set (two SFT runs of the same settings are not bitwise equal on a GPU).
 #   setsid nohup bash bench/h200_ablate_set.sh MODEL.gguf RESULTS_DIR [CONFIG] &    env: ONLY (ablation names,
 #     required), ABL_TIME (RL seconds a lane, default 300), TEST (lanes read once on the test split: final recipes
-#     only, default none), SFT_STEPS (default 872, the recipe's), EXTRA (overrides for every command: a CPU dry run)
+#     only, default none), SFT_STEPS (default 872, the recipe's), EXTRA (overrides for every command: a CPU dry run),
+#     BASE_ABL (ablation files under every lane, the recipe's included: h200_ablate.sh)
 #   Run it from the repository root. Started again on the same folder it skips the phases marked done; a phase cut
 #   short left its run folder behind, which train.py refuses to overwrite: remove that folder first.
 set -u
@@ -16,6 +17,7 @@ me=${R1_SCRIPT_NAME:-bench/h200_ablate_set.sh}
 [ -d configs/ablations ] || { echo "$me: run it from the repository root (no configs/ablations here)"; exit 2; }
 [ -n "${ONLY:-}" ] || { echo "$me: ONLY names no lane (e.g. ONLY=\"max_steps no_clip_higher\")"; exit 2; }
 for n in $ONLY; do [ -e "configs/ablations/$n.yaml" ] || { echo "$me: ONLY names $n, not in configs/ablations/"; exit 2; }; done
+for n in ${BASE_ABL:-}; do [ -e "configs/ablations/$n.yaml" ] || { echo "$me: BASE_ABL names $n, not in configs/ablations/"; exit 2; }; done
 M=$1; R=$2; CFG=${3:-configs/gsm8k_tool_30min.yaml}; mkdir -p "$R"
 . "$(dirname "$0")/phases.sh"  # log, phase
 log "begin: ablation set ($ONLY), $(python3 -c 'import torch; print(torch.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu")') $CFG"

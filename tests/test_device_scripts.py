@@ -130,3 +130,32 @@ def test_job_scripts_outside_the_repository_root_say_so(tmp_path, script):
                        text=True, timeout=60, cwd=tmp_path)
     assert r.returncode == 2 and "run it from the repository root" in r.stdout
     assert not (tmp_path / "res").exists()
+
+
+def test_ablate_layers_base_abl_under_every_lane_and_refuses_an_unknown_one(tmp_path):
+    """Issue 31's GRPO pair as two lanes (BASE_ABL=grpo: the recipe's lane and overlap_process both on GRPO):
+    every training and evaluation command carries the file right after the recipe, which a python3 that only
+    records its arguments shows without training anything; a misspelled name is refused before any phase."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    record = tmp_path / "calls.txt"
+    fake = bin_dir / "python3"
+    fake.write_text(f'#!/bin/sh\necho "$*" >> {record}\necho "{{}}"\n')
+    fake.chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", ONLY="overlap_process", BASE_ABL="grpo",
+               TEST="recipe overlap_process")
+    r = subprocess.run(["bash", os.path.join(ROOT, "bench", "h200_ablate.sh"), "sft", str(tmp_path / "res")],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    calls = [c for c in record.read_text().splitlines() if c.startswith(("train.py", "eval.py"))]
+    assert len(calls) == 6  # two lanes: train, validation, test each
+    under = "--config configs/gsm8k_tool_30min.yaml --config configs/ablations/grpo.yaml"
+    assert all(c.split(" ", 1)[1].startswith(under) for c in calls), calls
+    assert sum("configs/ablations/overlap_process.yaml" in c for c in calls) == 3
+    assert "every lane on grpo" in (tmp_path / "res" / "progress.txt").read_text()
+    env["BASE_ABL"] = "grpoo"
+    for script, arg in (("h200_ablate.sh", "sft"), ("h200_ablate_set.sh", "m.gguf")):
+        r = subprocess.run(["bash", os.path.join(ROOT, "bench", script), arg, str(tmp_path / "res2")],
+                           capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+        assert r.returncode == 2 and r.stdout.strip().endswith("BASE_ABL names grpoo, not in configs/ablations/")
+        assert not (tmp_path / "res2").exists()
