@@ -34,14 +34,19 @@ def _fmt(x, pct=False) -> str:
     return f"{100 * x:.1f}%" if pct else f"{x:.3f}"
 
 
-def _eval_split(config_path: str) -> str:
-    """The run's eval.split from its resolved config.yaml ('test' when it cannot be read)."""
+def _setting(config_path: str, section: str, key: str, default: str) -> str:
+    """One string setting of the run's resolved config.yaml (`default` when it cannot be read)."""
     try:
         with open(config_path) as f:
-            split = (yaml.safe_load(f) or {}).get("eval", {}).get("split", "test")
+            value = (yaml.safe_load(f) or {}).get(section, {}).get(key, default)
     except (OSError, ValueError, AttributeError, yaml.YAMLError):
-        return "test"
-    return split if isinstance(split, str) else "test"
+        return default
+    return value if isinstance(value, str) else default
+
+
+def _eval_split(config_path: str) -> str:
+    """The run's eval.split ('test' when it cannot be read)."""
+    return _setting(config_path, "eval", "split", "test")
 
 
 def summarize_run(run_dir: str, config_path: str | None = None) -> list[str]:
@@ -92,8 +97,9 @@ def summarize_run(run_dir: str, config_path: str | None = None) -> list[str]:
         lines.append(f"  python -m r1.plot {run_dir} --keys {curve} --out {curve}.png                  # curves")
     if os.path.isdir(os.path.join(run_dir, "tb")) and os.listdir(os.path.join(run_dir, "tb")):
         lines.append(f"  tensorboard --logdir {run_dir}")
-    lines += ["  python train.py --config configs/gsm8k_tool_30min.yaml   # GSM8K with the calculator: "
-              "21 min on one H200, SFT then PPO (days on a CPU)"]
+    if _setting(cfg, "data", "task", "") != "gsm8k_tool":  # a GSM8K run has met the recipe; others may not have
+        lines += ["  python train.py --config configs/gsm8k_tool_30min.yaml   # GSM8K with the calculator: "
+                  "21 min on one H200, SFT then PPO (days on a CPU)"]
     return lines
 
 
