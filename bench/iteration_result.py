@@ -25,6 +25,9 @@ import yaml
 
 
 def run_result(run: str) -> dict:
+    for name in ("config.yaml", "metrics.jsonl"):
+        if not os.path.isfile(os.path.join(run, name)):
+            raise SystemExit(f"error: {run}: no {name} (a train.py run folder?)")
     with open(os.path.join(run, "config.yaml")) as f:
         cfg = yaml.safe_load(f)
     with open(os.path.join(run, "metrics.jsonl")) as f:

@@ -81,3 +81,12 @@ def test_a_short_run_is_refused(tmp_path):
     assert out.returncode != 0 and "need at least 3" in out.stderr
     with pytest.raises(SystemExit):
         run_result(run)
+
+
+def test_a_folder_that_is_not_a_run_is_one_line(tmp_path):
+    for folder, made in ((tmp_path / "nope", False), (tmp_path / "empty", True)):
+        if made:
+            folder.mkdir()
+        out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "iteration_result.py"), "--runs",
+                              str(folder)], capture_output=True, text=True)
+        assert out.returncode != 0 and out.stderr.strip() == f"error: {folder}: no config.yaml (a train.py run folder?)"
