@@ -17,9 +17,16 @@
 #        rollout plays, slows iteration N+1 too)
 #        SFT_STEPS=N (MODEL is the GGUF: first the SFT these runs start from, N steps x 32 chats at lr 5e-5 into
 #        RESULTS_DIR/sft, as the fifteenth session did by hand with 467; then MODEL is its hf/)
+#        ONLY="ppo-o0 ppo-o2" (run these lanes only; a name not among the lanes is refused before anything runs),
+#        SKIP="..." (the lanes not to run: phases.sh)
 #   (in the background, then calls of `bench/h200_wait.sh RESULTS_DIR . $OUT`; with an SFT first, about 700 s)
 set -u
 [ $# -eq 2 ] || { echo "usage: bench/h200_iteration.sh MODEL RESULTS_DIR (see the comment at its top)"; exit 2; }
+LANES="ppo-o0 ppo-o1 grpo-o0 grpo-o1 ppo-o2 grpo-o2 ppo-o1-sw200 ppo-mt4096-frac015 ppo-mt4096"
+if [ -n "${ONLY:-}" ]; then
+  for n in $ONLY; do case " $LANES " in *" $n "*) ;; *) echo "bench/h200_iteration.sh: ONLY names $n, not a lane ($LANES)"; exit 2 ;; esac; done
+  SKIP="${SKIP:-}"; for n in $LANES; do case " $ONLY " in *" $n "*) ;; *) SKIP="$SKIP $n" ;; esac; done; export SKIP
+fi
 M=$1; R=$2; mkdir -p "$R"
 STEPS=${STEPS:-12}; X=${EXTRA:-}; SAVE=${SAVE-bench/results/iteration_h200.json}
 C="--config configs/gsm8k_tool.yaml log.progress=false log.trajectories=false train.sft_steps=0 eval.every=0"
@@ -47,7 +54,7 @@ run grpo-o2 algo.advantage=grpo $OV2
 R1_SWITCH_US=200 run ppo-o1-sw200 $OV  # the interpreter's switch interval 5 ms -> 0.2 ms (r1/overlap.py)
 run ppo-mt4096-frac015 train.micro_tokens=4096 run.memory_fraction=0.15
 run ppo-mt4096 train.micro_tokens=4096
-runs=""; for n in ppo-o0 ppo-o1 grpo-o0 grpo-o1 ppo-o2 grpo-o2 ppo-o1-sw200 ppo-mt4096-frac015 ppo-mt4096; do
+runs=""; for n in $LANES; do
   [ -e "$R/$n.done" ] && runs="$runs $R/$n"; done
 python3 bench/iteration_result.py --runs $runs ${SAVE:+--save "$SAVE"} | tee "$R/iteration.jsonl"
 log "ALL DONE"

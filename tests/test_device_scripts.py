@@ -159,3 +159,26 @@ def test_ablate_layers_base_abl_under_every_lane_and_refuses_an_unknown_one(tmp_
                            capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
         assert r.returncode == 2 and r.stdout.strip().endswith("BASE_ABL names grpoo, not in configs/ablations/")
         assert not (tmp_path / "res2").exists()
+
+
+def test_iteration_lanes_named_in_only_are_the_ones_that_run(tmp_path):
+    """ONLY="ppo-o0 ppo-o2": two train.py runs, nothing else (a python3 that records its arguments); a name that
+    is no lane is refused before anything runs or is written."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    record = tmp_path / "calls.txt"
+    (bin_dir / "python3").write_text(f'#!/bin/sh\necho "$*" >> {record}\necho "{{}}"\n')
+    (bin_dir / "python3").chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", ONLY="ppo-o0 ppo-o2", SAVE="")
+    script = os.path.join(ROOT, "bench", "h200_iteration.sh")
+    r = subprocess.run(["bash", script, "m", str(tmp_path / "res")], capture_output=True, text=True, timeout=120,
+                       cwd=ROOT, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    runs = [c.split("run.dir=")[1].split()[0] for c in record.read_text().splitlines() if c.startswith("train.py")]
+    assert runs == [str(tmp_path / "res" / "ppo-o0"), str(tmp_path / "res" / "ppo-o2")]
+    assert "train.overlap=2" in [c for c in record.read_text().splitlines() if "ppo-o2" in c][0]
+    env["ONLY"] = "ppo-o3"
+    r = subprocess.run(["bash", script, "m", str(tmp_path / "res2")], capture_output=True, text=True, timeout=60,
+                       cwd=ROOT, env=env)
+    assert r.returncode == 2 and r.stdout.startswith("bench/h200_iteration.sh: ONLY names ppo-o3, not a lane")
+    assert not (tmp_path / "res2").exists()
