@@ -22,7 +22,7 @@ What crosses the boundary, and why it stays exact:
 - errors: the child's exception comes back as itself where it pickles (a
   task's TaskError stays one line in train.py), its traceback as the cause;
   a child that dies is reported with its exit code, never a hang. The child
-  ignores Ctrl-C (the trainer stops it: loop.stop, then close) and ends with
+  ignores Ctrl-C from its start (the trainer stops it: loop.stop, then close) and ends with
   its parent (Linux: PR_SET_PDEATHSIG).
 
 The child is started once (spawn: a CUDA context cannot be forked) and plays
@@ -45,8 +45,10 @@ alloc_retries, R1_PROFILE) see its process only.
 """
 from __future__ import annotations
 
+import contextlib
 import pickle
 import signal
+import threading
 import time
 import traceback
 
@@ -114,7 +116,8 @@ class RemoteActor:
         self._proc = ctx.Process(target=_child, name="r1-rollout", daemon=True,
                                  args=(cfg, model.cfg, slots, str(d.device), child_fraction, child, self.loop.stop))
         try:
-            self._proc.start()
+            with sigint_ignored():  # inherited: a Ctrl-C while the child imports torch is not its traceback
+                self._proc.start()
         except Exception as e:  # noqa: BLE001 - e.g. no room for the child's arguments in /dev/shm
             raise RolloutProcessError(f"the rollout process could not start: {type(e).__name__}: {e}") from e
         finally:
@@ -211,6 +214,23 @@ def _error(e: BaseException) -> tuple:
     except Exception:  # noqa: BLE001 - an exception that does not pickle travels as its traceback only
         e = None
     return ("error", traceback.format_exc(), e)
+
+
+@contextlib.contextmanager
+def sigint_ignored():
+    """Ctrl-C ignored while a child process starts, so that the child starts ignoring it: an ignored signal
+    stays ignored across exec, and Python installs its KeyboardInterrupt handler only where SIGINT is not
+    ignored. A Ctrl-C while a spawned child was still importing (seconds of torch) printed that child's
+    KeyboardInterrupt traceback under the trainer's one line. The main thread only (signal.signal's rule);
+    the trainer's handler is back as soon as the child is launched."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
 
 
 def _end_with_parent():

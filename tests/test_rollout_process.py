@@ -119,3 +119,32 @@ def test_what_the_process_cannot_do_is_refused_first(tmp_path):
     lora = r"^config key 'train.overlap' \(command line\)=2 .*model.lora_generator=merged"
     with pytest.raises(ConfigError, match=lora):
         load_config(SMOKE, [*TINY, "algo.policy_loss=decoupled_ppo", "train.overlap=2", "model.lora_rank=4"])
+
+
+def _sigint_at_start(q):
+    q.put(signal.getsignal(signal.SIGINT) == signal.SIG_IGN)
+
+
+def test_a_child_started_under_sigint_ignored_ignores_ctrl_c_from_its_first_line():
+    """A Ctrl-C while the spawned child still imports torch printed its KeyboardInterrupt traceback under the
+    trainer's one line (a user's walk, 3 of 7 tries): started inside sigint_ignored(), the child's Python never
+    installs its handler. The trainer's own handler is back right after."""
+    import multiprocessing
+
+    from r1.rollout_process import sigint_ignored
+
+    ctx = multiprocessing.get_context("spawn")
+    before = signal.getsignal(signal.SIGINT)
+    seen = []
+    for ignored in (True, False):
+        q = ctx.Queue()
+        p = ctx.Process(target=_sigint_at_start, args=(q,))
+        if ignored:
+            with sigint_ignored():
+                p.start()
+            assert signal.getsignal(signal.SIGINT) is before
+        else:
+            p.start()
+        seen.append(q.get(timeout=120))
+        p.join(timeout=60)
+    assert seen == [True, False]
