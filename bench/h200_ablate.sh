@@ -79,4 +79,4 @@ for n in ${TEST:-}; do
       | sed "s/^/{\"test\": \"$n\", \"baseline\": \"$first\", \"result\": /; s/\$/}/" >> "$R/test-compare.jsonl"
   fi
 done
-log "ALL DONE"
+finish; exit $?

@@ -25,4 +25,4 @@ lane sft2 &
 lane sft3 data.sft_level=0 &
 wait
 cat "$R"/compare-*.txt | tee -a "$R/progress.txt"
-log "ALL DONE"
+finish; exit $?

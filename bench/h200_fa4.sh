@@ -43,5 +43,5 @@ phase tests-gpu env R1_TEST_TOKENIZER="$TOK" timeout 480 python3 -m pytest -q -m
 phase collect python3 bench/attention.py --collect "$R" --out "$R/attention_h200.json"
 # into the repo's bench/results only from a GPU run (a CPU dry run of this script must not leave numbers there)
 python3 -c 'import torch, sys; sys.exit(not torch.cuda.is_available())' && cp "$R/attention_h200.json" bench/results/
-log "ALL DONE"
+finish; exit $?
 touch "$R/ALL.done"

@@ -57,4 +57,4 @@ run ppo-mt4096 train.micro_tokens=4096
 runs=""; for n in $LANES; do
   [ -e "$R/$n.done" ] && runs="$runs $R/$n"; done
 python3 bench/iteration_result.py --runs $runs ${SAVE:+--save "$SAVE"} | tee "$R/iteration.jsonl"
-log "ALL DONE"
+finish; exit $?

@@ -93,4 +93,4 @@ phase fsdp torchrun --standalone --nproc_per_node=2 train.py $C model.path="$M" 
   eval.every=0 train.checkpoint_every=3
 phase quickstart env CUDA_VISIBLE_DEVICES=$GA python3 train.py --config configs/quickstart.yaml run.dir="$R/quickstart" \
   log.progress=false
-log "ALL DONE"
+finish; exit $?

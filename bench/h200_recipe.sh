@@ -23,4 +23,4 @@ SAVE=${SAVE-bench/results/learning_h200.json}  # '' = print only (a CPU dry run 
 phase result python3 bench/learning_result.py --run "$R/recipe" --sft-eval "$R/test-sft.json" \
   --test-eval "$R/test-final.json" --wall "$(cat "$R/wall_s")" --config "$CFG" ${SAVE:+--save "$SAVE"}
 [ -n "$SAVE" ] && cp "$SAVE" "$R/" 2>/dev/null
-log "ALL DONE"
+finish; exit $?

@@ -32,4 +32,4 @@ run fuse-compile no-peer R1_FUSE=1 R1_COMPILE=1
 R1_FUSE=1 R1_COMPILE=1 python3 bench/profile_decode.py > "$O/profile.log" 2>&1
 grep '^{' "$O/profile.log" > "$O/profile.json"
 log "profile rc=$?: $(cut -c1-400 "$O/profile.json")"
-log "ALL DONE"
+finish; exit $?

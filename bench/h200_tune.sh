@@ -47,4 +47,4 @@ sft sft-lr1.5e-4-ep4 $EP4 1.5e-4 &
   wait ) &
 wait
 nvidia-smi --query-gpu=memory.used,memory.total --format=csv >> "$R/progress.txt" 2>/dev/null
-log "ALL DONE"
+finish; exit $?

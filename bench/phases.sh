@@ -13,3 +13,13 @@ phase() {  # name command...: run once, mark done on success
   if "$@" > "$R/$name.log" 2>&1; then touch "$R/$name.done"; log "done $name $((SECONDS - t0))s"
   else log "FAIL $name rc=$? $((SECONDS - t0))s: $(tail -2 "$R/$name.log" | tr '\n' ' ' | cut -c1-300)"; return 1; fi
 }
+finish() {  # the job's last line: the phases of this run that failed, if any, then ALL DONE (what
+  # h200_wait.sh looks for); returns 1 when some phase failed, so that `finish; exit $?` tells a shell or a user
+  # that the job did not all go through (it said ALL DONE with rc 0 when every lane had failed)
+  local failed
+  failed=$(awk '/ begin:/ { n = NR } { line[NR] = $0 } END { for (i = (n ? n : 1); i <= NR; i++) print line[i] }' \
+    "$R/progress.txt" | awk '$2 == "FAIL" { print $3 }' | sort -u | tr '\n' ' ')
+  [ -n "$failed" ] && log "failed phases: ${failed% }"
+  log "ALL DONE"
+  [ -z "$failed" ]
+}

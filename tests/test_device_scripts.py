@@ -182,3 +182,22 @@ def test_iteration_lanes_named_in_only_are_the_ones_that_run(tmp_path):
                        cwd=ROOT, env=env)
     assert r.returncode == 2 and r.stdout.startswith("bench/h200_iteration.sh: ONLY names ppo-o3, not a lane")
     assert not (tmp_path / "res2").exists()
+
+
+def test_a_job_whose_phases_failed_says_which_and_exits_non_zero(tmp_path):
+    """Every lane failed (a wrong model path, in a user's walk) and the job said ALL DONE with rc 0. Now the
+    failed phases come before ALL DONE (which bench/h200_wait.sh still finds) and the job exits 1."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text('#!/bin/sh\ncase "$1" in train.py) echo "error: model.path" >&2; exit 2 ;; esac\n'
+                                     'echo "{}"\n')
+    (bin_dir / "python3").chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", ONLY="overlap_process")
+    res = tmp_path / "res"
+    r = subprocess.run(["bash", os.path.join(ROOT, "bench", "h200_ablate.sh"), "x", str(res)], capture_output=True,
+                       text=True, timeout=120, cwd=ROOT, env=env)
+    lines = (res / "progress.txt").read_text().splitlines()
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert lines[-2].endswith("failed phases: rl-overlap_process rl-recipe") and lines[-1].endswith("ALL DONE")
+    w = subprocess.run(["bash", WAIT, str(res), ROOT, str(tmp_path), "5"], capture_output=True, text=True, timeout=60)
+    assert w.returncode == 3 and "done, with failed phases: rl-recipe rl-overlap_process" in w.stdout
