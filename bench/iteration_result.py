@@ -20,21 +20,28 @@ import datetime
 import json
 import os
 import statistics
+import sys
 
 import yaml
+
+
+def fail(message: str):
+    """A wrong argument: one line on stderr, exit 2 (as train.py and eval.py)."""
+    print(message, file=sys.stderr)
+    raise SystemExit(2)
 
 
 def run_result(run: str) -> dict:
     for name in ("config.yaml", "metrics.jsonl"):
         if not os.path.isfile(os.path.join(run, name)):
-            raise SystemExit(f"error: {run}: no {name} (a train.py run folder?)")
+            fail(f"error: {run}: no {name} (a train.py run folder?)")
     with open(os.path.join(run, "config.yaml")) as f:
         cfg = yaml.safe_load(f)
     with open(os.path.join(run, "metrics.jsonl")) as f:
         lines = [json.loads(ln) for ln in f if ln.strip()]
     overlap = cfg["train"].get("overlap", 0)
     if len(lines) < 3:
-        raise SystemExit(f"error: {run}: {len(lines)} iterations in metrics.jsonl, need at least 3")
+        fail(f"error: {run}: {len(lines)} iterations in metrics.jsonl, need at least 3")
     steady = lines[:-1] if overlap else lines  # overlap: the last iteration starts no rollout (above)
     later = steady[1:]
     elapsed = [b["time_elapsed"] - a["time_elapsed"] for a, b in zip(steady, steady[1:])]

@@ -78,7 +78,7 @@ def test_a_short_run_is_refused(tmp_path):
     fake_run(run, [line(1, 1, 1, 1, 1), line(2, 1, 1, 1, 1)])
     out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "iteration_result.py"), "--runs", run],
                          capture_output=True, text=True)
-    assert out.returncode != 0 and "need at least 3" in out.stderr
+    assert out.returncode == 2 and "need at least 3" in out.stderr
     with pytest.raises(SystemExit):
         run_result(run)
 
@@ -89,4 +89,4 @@ def test_a_folder_that_is_not_a_run_is_one_line(tmp_path):
             folder.mkdir()
         out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "iteration_result.py"), "--runs",
                               str(folder)], capture_output=True, text=True)
-        assert out.returncode != 0 and out.stderr.strip() == f"error: {folder}: no config.yaml (a train.py run folder?)"
+        assert out.returncode == 2 and out.stderr.strip() == f"error: {folder}: no config.yaml (a train.py run folder?)"
