@@ -65,6 +65,11 @@ class Trainer:
         self.dtype = resolve_dtype(cfg, self.device)
         check_run_dir(cfg)
         check_paths(cfg)  # a missing model or data path names its key before anything loads
+        if cfg.run.resume and cfg.train.overlap and checkpoint.complete(cfg.run.dir):  # r1/overlap.py
+            raise ConfigError(f"config key 'train.overlap'={cfg.train.overlap}: run.resume cannot continue "
+                              f"{cfg.run.dir} exactly (its checkpoint holds the weights after the last update, not "
+                              f"the ones the next rollout would sample with); resume with train.overlap=0 "
+                              f"run.allow_config_change=true")
         torch.manual_seed(cfg.run.seed)
         self.tok = run_tokenizer(cfg)
         self.train_rows = load_rows(cfg, "train")  # the data before the plans: a bad data.path is the first word
@@ -81,12 +86,6 @@ class Trainer:
         # the checkpoint is loaded before the run folder's config.yaml and identity are (re)written: a resume that
         # cannot load (a changed model.lora_rank, say) leaves the folder as it was
         if cfg.run.resume and checkpoint.complete(cfg.run.dir):
-            if cfg.train.overlap:  # r1/overlap.py: the checkpoint lacks the weights the next rollout samples with
-                raise ConfigError(f"config key 'train.overlap'={cfg.train.overlap}: run.resume cannot continue "
-                                  f"{cfg.run.dir} exactly "
-                                  f"(its checkpoint holds the weights after the last update, not the ones the "
-                                  f"next rollout would sample with); resume with train.overlap=0 "
-                                  f"run.allow_config_change=true")
             lr = self.learner
             path, extra = checkpoint.resume(cfg.run.dir, lr.models, lr.optims, lr.scheds, self.d)
             self.start = int(extra["iteration"])

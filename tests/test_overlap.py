@@ -117,11 +117,21 @@ def test_the_memory_plan_counts_the_generators_own_copy():
     assert process.items == overlap.items
 
 
-def test_resume_with_overlap_is_refused(tmp_path):
+def test_resume_with_overlap_is_refused(tmp_path, monkeypatch):
+    """Refused before anything loads (a user met it on the fifth line, after the plans), the folder untouched."""
+    import r1.trainer
+
     run = tmp_path / "run"
     Trainer(load_config(SMOKE, [f"run.dir={run}", *BASE, "train.overlap=1", "train.steps=1"])).fit()
+    before = sorted((str(p), p.stat().st_mtime_ns) for p in run.rglob("*"))
+
+    def no_tokenizer(*a, **k):
+        raise AssertionError("the tokenizer loaded before the refusal")
+
+    monkeypatch.setattr(r1.trainer, "run_tokenizer", no_tokenizer)
     with pytest.raises(ConfigError, match=r"^config key 'train.overlap'=1: run.resume cannot continue"):
         Trainer(load_config(SMOKE, [f"run.dir={run}", *BASE, "train.overlap=1", "train.steps=2", "run.resume=true"]))
+    assert sorted((str(p), p.stat().st_mtime_ns) for p in run.rglob("*")) == before
 
 
 @pytest.mark.parametrize("overrides, match", [
