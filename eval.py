@@ -71,6 +71,9 @@ def main(argv=None):
         check_paths(cfg)
         rows = load_rows(cfg, cfg.eval.split)
         # no more slots than episodes to play (16 test rows with eval.limit=100: 16 slots, not 100)
+        if cfg.eval.limit > len(rows):
+            print(f"eval.limit={cfg.eval.limit}: the {cfg.eval.split} split has {len(rows)} problems; reading all "
+                  f"{len(rows)}")
         cfg.eval.limit = min(cfg.eval.limit or len(rows), len(rows))
         actor = standalone(cfg)
         check_reset(cfg, actor.tok, rows)

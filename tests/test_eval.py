@@ -54,6 +54,14 @@ def test_eval_py_prints_final_json(tmp_path, capsys):
     assert afile.read_text() == "keep me"
 
 
+def test_a_limit_past_the_split_says_how_many_it_reads(tmp_path, capsys):
+    """The quickstart's `next:` hint asks for 100 of a 12-problem split: eval.py read 12 and said nothing."""
+    eval_py.main(["--config", SMOKE, "eval.limit=100", f"eval.out={tmp_path / 'e'}", "rollout.max_new_tokens=4"])
+    out = capsys.readouterr().out
+    assert "eval.limit=100: the test split has 8 problems; reading all 8" in out
+    assert json.loads(out.strip().splitlines()[-1])["n"] == 8
+
+
 def test_periodic_evaluation_is_handed_to_the_trainer_and_matches_eval_py(tmp_path, capsys):
     """eval.every: train.py hands the trainer r1/evaluate.py's evaluation (the trainer does not import it);
     it logs eval_* at iteration 0 (the starting policy) and after every eval.every-th iteration. The
