@@ -22,5 +22,5 @@ if [ -z "${MODEL:-}" ] && [ ! -f "$M/config.json" ]; then
   python3 "$(dirname "$0")/random_model.py" --shape 3b --tokenizer "$T" --out "$M" || exit 1
 fi
 STEPS=${STEPS:-4} SAVE=${SAVE-bench/results/iteration_3b_h200.json} \
-  SKIP="grpo-o0 grpo-o1 grpo-o2 ppo-o1-sw200 ppo-mt4096-frac015 ppo-mt4096" \
+  ONLY="ppo-o0 ppo-o1 ppo-o2" \
   EXTRA="rollout.prompts=32 run.save=false ${EXTRA:-}" bash "$(dirname "$0")/h200_iteration.sh" "$M" "$R"

@@ -12,18 +12,18 @@
 R=$1; REPO=$2; O=$3; LIMIT=${4:-540}
 [ -d "$R" ] || { echo "h200_wait.sh: no folder $R (the job's RESULTS_DIR?)"; exit 4; }
 P="$R/progress.txt"
-this_run() { [ -e "$P" ] && awk '/ begin:/ { n = NR } { line[NR] = $0 } END { for (i = (n ? n : 1); i <= NR; i++) print line[i] }' "$P"; }
+. "$(dirname "$0")/this_run.sh"  # this_run FILE
 state() {
   local pid; pid=$(cat "$R/job.pid" 2>/dev/null)
   [ -z "$pid" ] && { echo running; return; }  # not started yet
   kill -0 "$pid" 2>/dev/null && { echo running; return; }
-  this_run | grep -qi " all done$" && { echo done; return; }
+  this_run "$P" | grep -qi " all done$" && { echo done; return; }
   echo died
 }
 while [ "$(state)" = running ] && [ $SECONDS -lt "$LIMIT" ]; do sleep 2; done
 s=$(state)
 cat "$P" 2>/dev/null || echo "no $P yet"
-failed=$(this_run | grep -E '^[0-9:]{8} FAIL ' | awk '{ print $3 }')
+failed=$(this_run "$P" | grep -E '^[0-9:]{8} FAIL ' | awk '{ print $3 }')
 for f in $failed; do echo "== $R/$f.log (failed phase, last lines)"; tail -5 "$R/$f.log" 2>/dev/null; done
 last=$(ls -t "$R"/*.log 2>/dev/null | head -1)
 [ -z "$failed" ] && [ -n "$last" ] && { echo "== $last (newest log, last lines)"; tail -5 "$last"; }

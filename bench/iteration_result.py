@@ -12,8 +12,8 @@ update_s, and with overlap rollout_play_s (the rollout's own time) and each thre
 cpu_rollout_s and cpu_main_s (medians over the iterations that logged them); alloc_retries (CUDA, summed
 over 2..n), eager_op_fallbacks (summed over all iterations: the first is where compiles happen) and
 captures_deferred (overlap: CUDA graph captures held off while the update ran, summed over 2..n). It
-refuses a run with fewer than 3 iterations (with overlap, 3 leave one steady iteration). --device and --torch name the machine the runs
-ran on when they are read elsewhere (default: this machine's).
+refuses a run with fewer than 3 iterations (with overlap, 3 leave one steady iteration). --device, --torch and
+--date name the machine, version and day the runs ran on when they are read elsewhere (default: this one, today).
 """
 import argparse
 import datetime

@@ -1,5 +1,6 @@
 # Resumable phases for the device jobs (bench/h200_learn.sh, bench/peer_trl.sh), sourced after $R is set:
 # a device machine can go away between calls, so each phase marks $R/<name>.done and a restart skips it.
+. "$(dirname "${BASH_SOURCE[0]}")/this_run.sh"  # this_run FILE
 log() { echo "$(date +%H:%M:%S) $*" | tee -a "$R/progress.txt"; }
 # bench/h200_wait.sh: the job's pid, and a "begin:" line that starts this run's part of progress.txt (a job whose
 # process is gone without "ALL DONE" after it has died)
@@ -17,8 +18,7 @@ finish() {  # the job's last line: the phases of this run that failed, if any, t
   # h200_wait.sh looks for); returns 1 when some phase failed, so that `finish; exit $?` tells a shell or a user
   # that the job did not all go through (it said ALL DONE with rc 0 when every lane had failed)
   local failed
-  failed=$(awk '/ begin:/ { n = NR } { line[NR] = $0 } END { for (i = (n ? n : 1); i <= NR; i++) print line[i] }' \
-    "$R/progress.txt" | awk '$2 == "FAIL" { print $3 }' | sort -u | tr '\n' ' ')
+  failed=$(this_run "$R/progress.txt" | awk '$2 == "FAIL" { print $3 }' | sort -u | tr '\n' ' ')
   [ -n "$failed" ] && log "failed phases: ${failed% }"
   log "ALL DONE"
   [ -z "$failed" ]

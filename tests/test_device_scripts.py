@@ -177,6 +177,13 @@ def test_iteration_lanes_named_in_only_are_the_ones_that_run(tmp_path):
     runs = [c.split("run.dir=")[1].split()[0] for c in record.read_text().splitlines() if c.startswith("train.py")]
     assert runs == [str(tmp_path / "res" / "ppo-o0"), str(tmp_path / "res" / "ppo-o2")]
     assert "train.overlap=2" in [c for c in record.read_text().splitlines() if "ppo-o2" in c][0]
+    record.unlink()  # the 3B script names its three PPO lanes through ONLY
+    env3 = dict(env, MODEL="m", ONLY="")
+    r = subprocess.run(["bash", os.path.join(ROOT, "bench", "h200_iteration_3b.sh"), "tok", str(tmp_path / "r3")],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT, env=env3)
+    assert r.returncode == 0, r.stdout + r.stderr
+    runs = [c.split("run.dir=")[1].split()[0] for c in record.read_text().splitlines() if c.startswith("train.py")]
+    assert [os.path.basename(x) for x in runs] == ["ppo-o0", "ppo-o1", "ppo-o2"]
     env["ONLY"] = "ppo-o3"
     r = subprocess.run(["bash", script, "m", str(tmp_path / "res2")], capture_output=True, text=True, timeout=60,
                        cwd=ROOT, env=env)
