@@ -76,13 +76,31 @@ def busy_us(intervals: list) -> float:
 
 
 def report(events, cuda: bool) -> str:
-    """Per phase: wall ms, GPU busy ms and fraction (kernels that start inside the phase)."""
-    kernels = [(e.time_range.start, e.time_range.end) for e in events  # kernels, copies (not our ranges' GPU marks)
+    """Per phase: wall ms, GPU busy ms and fraction (kernels that start inside the phase); then, on a GPU,
+    each phase's top kernels by GPU time (the whole run's op tables below mix the phases together)."""
+    kernels = [(e.time_range.start, e.time_range.end, e.name) for e in events  # kernels, copies (not our ranges)
                if cuda and e.device_type == torch.autograd.DeviceType.CUDA and e.name not in PHASES]
-    lines = ["phase          wall ms   GPU busy ms   busy"]
+    lines, tops = ["phase          wall ms   GPU busy ms   busy"], []
     for name in PHASES:
         for e in (e for e in events if e.name == name and e.device_type == torch.autograd.DeviceType.CPU):
             s, t = e.time_range.start, e.time_range.end
-            busy = busy_us([(a, min(b, t)) for a, b in kernels if s <= a < t]) if cuda else float("nan")
+            inside = [(a, min(b, t), k) for a, b, k in kernels if s <= a < t]
+            busy = busy_us([(a, b) for a, b, _ in inside]) if cuda else float("nan")
             lines.append(f"{name:<14}{(t - s) / 1e3:>8.1f}{busy / 1e3:>14.1f}{busy / max(t - s, 1):>7.0%}")
-    return "\n".join(lines) + "\n"
+            if cuda:
+                tops += [f"\n{name}: top kernels by GPU time (ms, calls)"] + kernel_table(inside)
+    return "\n".join(lines + tops) + "\n"
+
+
+def kernel_table(kernels: list, rows: int = 15) -> list:
+    """Lines of (start, end, name) kernels summed by name, longest total first: ms, calls, name (cut to 100)."""
+    total, calls = {}, {}
+    for a, b, name in kernels:
+        total[name] = total.get(name, 0.0) + (b - a)
+        calls[name] = calls.get(name, 0) + 1
+    top = sorted(total, key=total.get, reverse=True)
+    out = [f"{total[k] / 1e3:>10.1f} {calls[k]:>7d}  {k[:100]}" for k in top[:rows]]
+    rest = sum(total[k] for k in top[rows:])
+    if rest:
+        out.append(f"{rest / 1e3:>10.1f} {sum(calls[k] for k in top[rows:]):>7d}  (the other {len(top) - rows} kernels)")
+    return out

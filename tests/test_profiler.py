@@ -38,3 +38,12 @@ def test_training_writes_the_profile_of_the_named_iteration(tmp_path, monkeypatc
         line = next(ln for ln in text.splitlines() if ln.startswith(name))
         assert float(line.split()[1]) > 0  # wall ms
     assert "top ops by self CPU time" in text
+
+
+def test_kernel_table_sums_by_name_longest_first():
+    from r1.profiler import kernel_table
+    rows = kernel_table([(0, 1000, "mm"), (1000, 1500, "copy"), (2000, 4000, "mm"), (5000, 5100, "add")], rows=2)
+    assert rows[0].split() == ["3.0", "2", "mm"]
+    assert rows[1].split() == ["0.5", "1", "copy"]
+    assert rows[2].split()[:2] == ["0.1", "1"] and "the other 1 kernels" in rows[2]
+    assert kernel_table([]) == []
