@@ -13,6 +13,10 @@ entropy bonus) forward and backward over all tokens, then AdamW.
   padded to the longest in the micro-batch (as it must), logits ->
   float32 log_softmax -> gather and entropy.
 
+--autocast: fp32 parameters under bf16 autocast instead, as the trainer runs on one GPU (fp32 AdamW
+master weights), for ours only. --fuse-train: ours again with q/k/v and gate/up as one matmul each
+(R1_FUSE_TRAIN=1, r1/model.py concat_linear), in the same run: ours_fused_s and fuse_train_speedup.
+
 MFU counts useful tokens only: 6 N per token plus causal attention
 (6 * s^2 * heads * head_dim per layer per sequence), against the measured
 bf16 matmul rate. Prints JSON; --save writes bench/results/train_h200.json.
@@ -31,7 +35,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.rollout import SHAPES, measure_ceilings  # noqa: E402
 from r1.algos.losses import ppo_policy_loss  # noqa: E402
-from r1.model import Transformer  # noqa: E402
+from r1.model import OPS, Transformer  # noqa: E402
 from r1.packing import split_by_tokens  # noqa: E402
 
 
@@ -45,7 +49,7 @@ def flops(cfg, nparams, lens):
     return 6 * nparams * sum(lens) + attn
 
 
-def step_ours(model, opt, seqs, micro_tokens, dev):
+def step_ours(model, opt, seqs, micro_tokens, dev, autocast=False):
     groups = split_by_tokens(seqs, micro_tokens, size=len)  # the trainer's packing rule
     total = sum(len(s) - 1 for s in seqs)
     for g in groups:
@@ -54,7 +58,8 @@ def step_ours(model, opt, seqs, micro_tokens, dev):
         cu = torch.tensor([0] + list(torch.tensor([len(s) for s in g]).cumsum(0).tolist()), dtype=torch.int32, device=dev)
         sel = torch.tensor([b + j for b, s in zip(cu[:-1].tolist(), g) for j in range(len(s) - 1)], device=dev)
         tgt = ids[sel + 1]
-        logp, ent = model(ids, pos, cu, max(len(s) for s in g), sel=sel, targets=tgt)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+            logp, ent = model(ids, pos, cu, max(len(s) for s in g), sel=sel, targets=tgt)
         adv = torch.randn_like(logp)
         mask = torch.ones_like(logp)
         loss, _ = ppo_policy_loss(logp, logp.detach(), adv, mask, norm=total)
@@ -107,6 +112,8 @@ def main():
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--no-peer", action="store_true")
     p.add_argument("--save", action="store_true")
+    p.add_argument("--autocast", action="store_true", help="ours: fp32 parameters under bf16 autocast")
+    p.add_argument("--fuse-train", action="store_true", help="ours again with R1_FUSE_TRAIN's path, same run")
     a = p.parse_args()
     import transformers
 
@@ -123,13 +130,20 @@ def main():
                                      for i in range(0, len(lens), a.peer_micro)), **env}
     torch.manual_seed(0)
     with dev:
-        model = Transformer(cfg).to(torch.bfloat16)
+        model = Transformer(cfg).to(torch.float32 if a.autocast else torch.bfloat16)
     nparams = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=1e-6, fused=True)
-    dt, mem = timed(lambda: step_ours(model, opt, seqs, a.micro_tokens, dev), a.reps)
+    OPS.fuse_train = False
+    dt, mem = timed(lambda: step_ours(model, opt, seqs, a.micro_tokens, dev, a.autocast), a.reps)
     F = flops(cfg, nparams, lens)
-    res.update(params=nparams, ours_s=round(dt, 3), ours_tok_s=round(sum(lens) / dt), ours_mfu=round(F / dt / peak, 3),
-               ours_mfu_vs_790=round(F / dt / 790e12, 3), ours_peak_gb=round(mem, 1))
+    res.update(params=nparams, autocast=a.autocast, ours_s=round(dt, 3), ours_tok_s=round(sum(lens) / dt),
+               ours_mfu=round(F / dt / peak, 3), ours_mfu_vs_790=round(F / dt / 790e12, 3), ours_peak_gb=round(mem, 1))
+    if a.fuse_train:
+        OPS.fuse_train = True
+        dt, mem = timed(lambda: step_ours(model, opt, seqs, a.micro_tokens, dev, a.autocast), a.reps)
+        OPS.fuse_train = False
+        res.update(ours_fused_s=round(dt, 3), ours_fused_peak_gb=round(mem, 1),
+                   fuse_train_speedup=round(res["ours_s"] / dt, 3))
     del model, opt
     torch.cuda.empty_cache()
     if not a.no_peer:

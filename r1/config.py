@@ -659,7 +659,7 @@ def load_config(path: str | list | None = None, overrides: list[str] = ()) -> Co
 
 # The environment switches of the GPU paths (README): unset, 0 or 1; R1_PROFILE: an iteration number;
 # R1_SWITCH_US: microseconds (r1/overlap.py).
-SWITCHES = ("R1_COMPILE", "R1_FUSE", "R1_CHUNK_GRAPHS", "R1_OVERLAP", "R1_MIX")
+SWITCHES = ("R1_COMPILE", "R1_FUSE", "R1_CHUNK_GRAPHS", "R1_OVERLAP", "R1_MIX", "R1_FUSE_TRAIN")
 
 
 def check_environment():

@@ -162,7 +162,7 @@ def swiglu(gate, up):
 # The elementwise ops of a layer, looked up at call time so `compile_ops()` can swap in fused versions
 # for the whole process: the generator and the trainer then run the same kernels, as before.
 OPS = SimpleNamespace(rms_norm=rms_norm, add_rms_norm=add_rms_norm, rope_qk=rope_qk, rope_write=rope_write,
-                      swiglu=swiglu)
+                      swiglu=swiglu, fuse_train=False)  # fuse_train: see concat_linear (R1_FUSE_TRAIN=1)
 
 
 def compile_ops(on: bool | str = True):
@@ -246,12 +246,22 @@ def compile_mode():
 def paths_in_use(cuda: bool) -> dict:
     """What the environment selects, for benchmarks to record: compiled ops, fused projections (generator)."""
     mode = compile_mode()
-    return {"compiled_ops": mode is True or (mode == "cuda" and cuda), "fused_projections": cuda and switch("R1_FUSE")}
+    return {"compiled_ops": mode is True or (mode == "cuda" and cuda), "fused_projections": cuda and switch("R1_FUSE"),
+            "fused_train_projections": fuse_train_mode()}
 
 
 def default_ops():
-    """The OPS that R1_COMPILE asks for (compile_mode)."""
+    """The OPS that R1_COMPILE and R1_FUSE_TRAIN ask for (compile_mode, concat_linear)."""
     compile_ops(compile_mode())
+    OPS.fuse_train = fuse_train_mode()
+
+
+def fuse_train_mode() -> bool:
+    """R1_FUSE_TRAIN: off unless set to 1 (a candidate for the update's speed, issue 31: off until measured)."""
+    v = os.environ.get("R1_FUSE_TRAIN", "")
+    if v not in ("", "0", "1"):
+        raise ValueError(f"R1_FUSE_TRAIN={v!r}: use 1 (on) or 0 (off), or leave it unset (off)")
+    return v == "1"
 
 
 @dataclass
@@ -312,6 +322,8 @@ class Attention(nn.Module):
         nq, nkv = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
         if _fused_live(self.fused):
             q, k, v = F.linear(x, self.fused[0], self.fused[1]).split([nq, nkv, nkv], dim=-1)
+        elif OPS.fuse_train and _plain(self.q_proj, self.k_proj, self.v_proj):
+            q, k, v = concat_linear(x, self.q_proj, self.k_proj, self.v_proj).split([nq, nkv, nkv], dim=-1)
         else:
             q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
         q = q.view(n, cfg.num_heads, cfg.head_dim)
@@ -347,6 +359,8 @@ class MLP(nn.Module):
     def forward(self, x):
         if _fused_live(self.fused):
             gate, up = F.linear(x, self.fused[0]).chunk(2, dim=-1)
+        elif OPS.fuse_train and _plain(self.gate_proj, self.up_proj):
+            gate, up = concat_linear(x, self.gate_proj, self.up_proj).chunk(2, dim=-1)
         else:
             gate, up = self.gate_proj(x), self.up_proj(x)
         return self.down_proj(OPS.swiglu(gate, up))
@@ -379,6 +393,25 @@ def fuse_projections(model: "Transformer"):
         if not _views_intact(m.fused):
             m.fused = _fuse_linears(m.gate_proj, m.up_proj)
     return model
+
+
+def concat_linear(x, *linears):
+    """One matmul for several linears of the same input, their weights concatenated in this forward
+    (R1_FUSE_TRAIN=1: the trainer's q/k/v and gate/up, which fuse_projections leaves apart because they
+    want gradients). torch.cat is differentiable, so each parameter gets its slice of the gradient; under
+    FSDP2 the forward sees the gathered parameters. What it saves: under autocast the fp32 input is cast
+    to bf16 once instead of once per linear (three times for q/k/v), and two or three launches become one,
+    forward and backward. The concatenation costs a copy of the layer's projection weights each forward.
+    Exact in float64 (tests/test_model.py); in bf16 it rounds differently: one matmul's sum over the outputs
+    where the separate casts summed three rounded input gradients."""
+    w = torch.cat([l.weight for l in linears])
+    b = torch.cat([l.bias for l in linears]) if linears[0].bias is not None else None
+    return F.linear(x, w, b)
+
+
+def _plain(*linears) -> bool:
+    """Whether the linears are plain (no LoRA adapters, r1/lora.py), so concat_linear computes them."""
+    return all(isinstance(l, nn.Linear) and "lora_A" not in l._parameters for l in linears)
 
 
 def _fuse_linears(*linears):

@@ -276,3 +276,66 @@ def test_switches_read_from_the_environment(monkeypatch):
     monkeypatch.setenv("R1_FUSE", "false")
     with pytest.raises(ValueError, match="R1_FUSE='false'"):
         switch("R1_FUSE")
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
+def test_fused_train_projections_match_in_float64(arch, monkeypatch):
+    """R1_FUSE_TRAIN (OPS.fuse_train): q/k/v and gate/up as one matmul of weights concatenated in the
+    forward give the same logits and the same gradient for every parameter, in float64; LoRA-adapted
+    projections keep their own path (the adapters are not in the concatenation)."""
+    from r1 import model as m
+
+    torch.manual_seed(0)
+    model = Transformer(tiny_config(arch, tie=False)).double()
+    ids, pos, cu, mx = pack([[1, 2, 3, 4, 5], [6, 7, 8]])
+    calls = []
+    real = m.concat_linear
+    monkeypatch.setattr(m, "concat_linear", lambda x, *ls: calls.append(len(ls)) or real(x, *ls))
+
+    def run(fuse):
+        monkeypatch.setattr(m.OPS, "fuse_train", fuse)
+        model.zero_grad()
+        out = model(ids, pos, cu, mx)
+        (out.square().mean()).backward()
+        return out.detach(), {k: p.grad.clone() for k, p in model.named_parameters()}
+
+    ref, ref_grads = run(False)
+    assert calls == []
+    out, grads = run(True)
+    assert calls == [3, 2] * model.cfg.num_layers
+    assert (out - ref).abs().max() < 1e-12
+    for k in ref_grads:
+        assert (grads[k] - ref_grads[k]).abs().max() < 1e-12, k
+
+
+def test_fused_train_projections_leave_lora_apart(monkeypatch):
+    from r1 import lora
+    from r1 import model as m
+
+    torch.manual_seed(0)
+    model = Transformer(tiny_config("llama", tie=False)).double()
+    ids, pos, cu, mx = pack([[1, 2, 3, 4, 5]])
+    lora.add_adapters(model, 4, 8.0, ["q_proj", "v_proj", "up_proj"])
+    for name, p in model.named_parameters():
+        if name.endswith("lora_B"):  # zero at init: make the adapters count
+            torch.nn.init.normal_(p)
+    model.double()
+    monkeypatch.setattr(m.OPS, "fuse_train", False)
+    ref = model(ids, pos, cu, mx)
+    monkeypatch.setattr(m.OPS, "fuse_train", True)
+    assert (model(ids, pos, cu, mx) - ref).abs().max() < 1e-12
+
+
+def test_fuse_train_switch_is_off_unless_set(monkeypatch):
+    from r1.config import ConfigError, check_environment
+    from r1.model import fuse_train_mode
+
+    monkeypatch.delenv("R1_FUSE_TRAIN", raising=False)
+    assert not fuse_train_mode()
+    monkeypatch.setenv("R1_FUSE_TRAIN", "1")
+    assert fuse_train_mode()
+    monkeypatch.setenv("R1_FUSE_TRAIN", "yes")
+    with pytest.raises(ValueError, match="R1_FUSE_TRAIN='yes'"):
+        fuse_train_mode()
+    with pytest.raises(ConfigError, match="R1_FUSE_TRAIN='yes'"):
+        check_environment()
