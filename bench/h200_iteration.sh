@@ -6,7 +6,8 @@
 # the two threads side by side?), then the
 # micro_tokens lead of docs/LOG.md: PPO at train.micro_tokens=4096 with run.memory_fraction=0.15 (the lanes')
 # and with the whole GPU, to tell small micro-batches from the memory cap (alloc_retries counts the
-# allocator's free-and-retry). Runs one after another, the GPU to itself; phases are resumable.
+# allocator's free-and-retry), then PPO synchronous and with the process under R1_FUSE_TRAIN=1 (ppo-o0-ft,
+# ppo-o2-ft: does a 135M step's 1.03-1.145x reach the iteration?). Runs one after another, the GPU to itself; phases are resumable.
 #   bench/h200_iteration.sh MODEL RESULTS_DIR   (MODEL: an SFT hf/ folder or the GGUF; results to
 #                                                 bench/results/iteration_h200.json unless SAVE is set)
 #   env: STEPS (default 12), EXTRA (overrides for every run: CPU dry runs), SAVE ('' = do not save),
@@ -22,7 +23,7 @@
 #   (in the background, then calls of `bench/h200_wait.sh RESULTS_DIR . $OUT`; with an SFT first, about 700 s)
 set -u
 [ $# -eq 2 ] || { echo "usage: bench/h200_iteration.sh MODEL RESULTS_DIR (see the comment at its top)"; exit 2; }
-LANES="ppo-o0 ppo-o1 grpo-o0 grpo-o1 ppo-o2 grpo-o2 ppo-o1-sw200 ppo-mt4096-frac015 ppo-mt4096"
+LANES="ppo-o0 ppo-o1 grpo-o0 grpo-o1 ppo-o2 grpo-o2 ppo-o1-sw200 ppo-mt4096-frac015 ppo-mt4096 ppo-o0-ft ppo-o2-ft"
 if [ -n "${ONLY:-}" ]; then
   for n in $ONLY; do case " $LANES " in *" $n "*) ;; *) echo "bench/h200_iteration.sh: ONLY names $n, not a lane ($LANES)"; exit 2 ;; esac; done
   SKIP="${SKIP:-}"; for n in $LANES; do case " $ONLY " in *" $n "*) ;; *) SKIP="$SKIP $n" ;; esac; done; export SKIP
@@ -54,6 +55,8 @@ run grpo-o2 algo.advantage=grpo $OV2
 R1_SWITCH_US=200 run ppo-o1-sw200 $OV  # the interpreter's switch interval 5 ms -> 0.2 ms (r1/overlap.py)
 run ppo-mt4096-frac015 train.micro_tokens=4096 run.memory_fraction=0.15
 run ppo-mt4096 train.micro_tokens=4096
+R1_FUSE_TRAIN=1 run ppo-o0-ft  # the trainer's q/k/v and gate/up as one matmul each (r1/model.py concat_linear)
+R1_FUSE_TRAIN=1 run ppo-o2-ft $OV2
 runs=""; for n in $LANES; do
   [ -e "$R/$n.done" ] && runs="$runs $R/$n"; done
 python3 bench/iteration_result.py --runs $runs ${SAVE:+--save "$SAVE"} | tee "$R/iteration.jsonl"

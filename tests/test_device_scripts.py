@@ -191,6 +191,28 @@ def test_iteration_lanes_named_in_only_are_the_ones_that_run(tmp_path):
     assert not (tmp_path / "res2").exists()
 
 
+def test_iteration_fuse_train_lanes_run_under_the_switch(tmp_path):
+    """ppo-o0-ft and ppo-o2-ft: the same runs as ppo-o0 and ppo-o2, with R1_FUSE_TRAIN=1 in their environment
+    only (a python3 that records the switch with its arguments)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    record = tmp_path / "calls.txt"
+    (bin_dir / "python3").write_text(f'#!/bin/sh\necho "fuse=$R1_FUSE_TRAIN $*" >> {record}\necho "{{}}"\n')
+    (bin_dir / "python3").chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", ONLY="ppo-o0 ppo-o0-ft ppo-o2-ft", SAVE="")
+    env.pop("R1_FUSE_TRAIN", None)
+    r = subprocess.run(["bash", os.path.join(ROOT, "bench", "h200_iteration.sh"), "m", str(tmp_path / "res")],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    runs = {c.split("run.dir=")[1].split()[0].rsplit("/", 1)[1]: c for c in record.read_text().splitlines()
+            if " train.py " in c}
+    assert list(runs) == ["ppo-o0", "ppo-o0-ft", "ppo-o2-ft"]
+    assert runs["ppo-o0"].startswith("fuse= ") and runs["ppo-o0-ft"].startswith("fuse=1 ")
+    assert runs["ppo-o2-ft"].startswith("fuse=1 ") and "train.overlap=2" in runs["ppo-o2-ft"]
+    assert runs["ppo-o0"].split(" ", 1)[1].replace("ppo-o0", "X") == runs["ppo-o0-ft"].split(" ", 1)[1].replace(
+        "ppo-o0-ft", "X")
+
+
 def test_a_job_whose_phases_failed_says_which_and_exits_non_zero(tmp_path):
     """Every lane failed (a wrong model path, in a user's walk) and the job said ALL DONE with rc 0. Now the
     failed phases come before ALL DONE (which bench/h200_wait.sh still finds) and the job exits 1."""
