@@ -134,17 +134,23 @@ def test_a_child_started_under_sigint_ignored_ignores_ctrl_c_from_its_first_line
     from r1.rollout_process import sigint_ignored
 
     ctx = multiprocessing.get_context("spawn")
-    before = signal.getsignal(signal.SIGINT)
-    seen = []
-    for ignored in (True, False):
-        q = ctx.Queue()
-        p = ctx.Process(target=_sigint_at_start, args=(q,))
-        if ignored:
-            with sigint_ignored():
+    # as in a terminal: a shell that starts a job in the background without job control (`cmd &`, the way
+    # this suite once ran) has the job ignore SIGINT, so the control child would inherit that
+    outer = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        before = signal.getsignal(signal.SIGINT)
+        seen = []
+        for ignored in (True, False):
+            q = ctx.Queue()
+            p = ctx.Process(target=_sigint_at_start, args=(q,))
+            if ignored:
+                with sigint_ignored():
+                    p.start()
+                assert signal.getsignal(signal.SIGINT) is before
+            else:
                 p.start()
-            assert signal.getsignal(signal.SIGINT) is before
-        else:
-            p.start()
-        seen.append(q.get(timeout=120))
-        p.join(timeout=60)
+            seen.append(q.get(timeout=120))
+            p.join(timeout=60)
+    finally:
+        signal.signal(signal.SIGINT, outer)
     assert seen == [True, False]
