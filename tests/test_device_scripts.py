@@ -161,15 +161,22 @@ def test_ablate_layers_base_abl_under_every_lane_and_refuses_an_unknown_one(tmp_
         assert not (tmp_path / "res2").exists()
 
 
-def test_iteration_lanes_named_in_only_are_the_ones_that_run(tmp_path):
-    """ONLY="ppo-o0 ppo-o2": two train.py runs, nothing else (a python3 that records its arguments); a name that
-    is no lane is refused before anything runs or is written."""
+def recording_python(tmp_path, line='"$*"'):
+    """A fake python3 first on PATH that appends `line` (shell words) to calls.txt and prints {}: the
+    device scripts' commands, recorded without running them. Returns (environment, record file)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     record = tmp_path / "calls.txt"
-    (bin_dir / "python3").write_text(f'#!/bin/sh\necho "$*" >> {record}\necho "{{}}"\n')
+    (bin_dir / "python3").write_text(f'#!/bin/sh\necho {line} >> {record}\necho "{{}}"\n')
     (bin_dir / "python3").chmod(0o755)
-    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", ONLY="ppo-o0 ppo-o2", SAVE="")
+    return dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}"), record
+
+
+def test_iteration_lanes_named_in_only_are_the_ones_that_run(tmp_path):
+    """ONLY="ppo-o0 ppo-o2": two train.py runs, nothing else (a python3 that records its arguments); a name that
+    is no lane is refused before anything runs or is written."""
+    env, record = recording_python(tmp_path)
+    env.update(ONLY="ppo-o0 ppo-o2", SAVE="")
     script = os.path.join(ROOT, "bench", "h200_iteration.sh")
     r = subprocess.run(["bash", script, "m", str(tmp_path / "res")], capture_output=True, text=True, timeout=120,
                        cwd=ROOT, env=env)
@@ -194,12 +201,8 @@ def test_iteration_lanes_named_in_only_are_the_ones_that_run(tmp_path):
 def test_iteration_fuse_train_lanes_run_under_the_switch(tmp_path):
     """ppo-o0-ft and ppo-o2-ft: the same runs as ppo-o0 and ppo-o2, with R1_FUSE_TRAIN=1 in their environment
     only (a python3 that records the switch with its arguments)."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    record = tmp_path / "calls.txt"
-    (bin_dir / "python3").write_text(f'#!/bin/sh\necho "fuse=$R1_FUSE_TRAIN $*" >> {record}\necho "{{}}"\n')
-    (bin_dir / "python3").chmod(0o755)
-    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", ONLY="ppo-o0 ppo-o0-ft ppo-o2-ft", SAVE="")
+    env, record = recording_python(tmp_path, '"fuse=$R1_FUSE_TRAIN $*"')
+    env.update(ONLY="ppo-o0 ppo-o0-ft ppo-o2-ft", SAVE="")
     env.pop("R1_FUSE_TRAIN", None)
     r = subprocess.run(["bash", os.path.join(ROOT, "bench", "h200_iteration.sh"), "m", str(tmp_path / "res")],
                        capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
