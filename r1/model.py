@@ -227,12 +227,12 @@ def _compile(fn):
     return op
 
 
-def switch(name: str) -> bool:
-    """An on-by-default switch from the environment: unset or 1 = on, 0 = off, anything else an error."""
+def switch(name: str, default: bool = True) -> bool:
+    """A switch from the environment: 1 = on, 0 = off, unset = `default`, anything else an error."""
     v = os.environ.get(name, "")
     if v not in ("", "0", "1"):
-        raise ValueError(f"{name}={v!r}: use 0 (off) or 1 (on), or leave it unset (on)")
-    return v != "0"
+        raise ValueError(f"{name}={v!r}: use 0 (off) or 1 (on), or leave it unset ({'on' if default else 'off'})")
+    return default if v == "" else v == "1"
 
 
 def compile_mode():
@@ -258,10 +258,7 @@ def default_ops():
 
 def fuse_train_mode() -> bool:
     """R1_FUSE_TRAIN: off unless set to 1 (a candidate for the update's speed, issue 31: off until measured)."""
-    v = os.environ.get("R1_FUSE_TRAIN", "")
-    if v not in ("", "0", "1"):
-        raise ValueError(f"R1_FUSE_TRAIN={v!r}: use 1 (on) or 0 (off), or leave it unset (off)")
-    return v == "1"
+    return switch("R1_FUSE_TRAIN", default=False)
 
 
 @dataclass
