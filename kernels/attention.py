@@ -174,33 +174,42 @@ def _sdpa(q, k, v, causal_offset):
     return out.transpose(0, 1)
 
 
-def varlen_attention(q, k, v, cu_seqlens, max_seqlen: int, backend: str | None = None):
+def varlen_attention(q, k, v, cu_seqlens, max_seqlen: int, backend: str | None = None, kv=None):
     """Causal attention over packed sequences.
 
     q [N, Hq, D], k/v [N, Hkv, D], cu_seqlens [S+1] int32 (sequence i is
     rows cu[i]:cu[i+1]), max_seqlen: longest sequence -> out [N, Hq, D].
+
+    kv = (index [N'], cu_k [S+1] int32, max_k): sequence i's keys and values
+    are rows index[cu_k[i]:cu_k[i+1]] of k/v, which may start with rows of
+    another sequence (a shared prompt computed once: r1/packing.py), and its
+    queries are the last of them (bottom-right causal alignment, as every
+    backend here has it). None: each sequence attends to its own rows.
     """
+    cu_k, max_k = cu_seqlens, max_seqlen
+    if kv is not None:
+        index, cu_k, max_k = kv
+        k, v = k.index_select(0, index), v.index_select(0, index)
     backend = backend or pick_backend(q)
     if backend == "fa4":
-        out = _fa4(q, k, v, cu_seqlens_q=cu_seqlens, cu_seqlens_k=cu_seqlens, max_seqlen_q=max_seqlen,
-                   max_seqlen_k=max_seqlen)
+        out = _fa4(q, k, v, cu_seqlens_q=cu_seqlens, cu_seqlens_k=cu_k, max_seqlen_q=max_seqlen, max_seqlen_k=max_k)
         if out is not None:
             return out
         backend = _without_fa4(q)  # the API moved: fa4 is off now
     if backend == "flash_attn":
-        return flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, causal=True)
+        return flash_attn_varlen_func(q, k, v, cu_seqlens, cu_k, max_seqlen, max_k, causal=True)
     if backend == "torch_flash":
         if not GQA and q.shape[1] != k.shape[1]:
             k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
             v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
-            return varlen_attn(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, window_size=(-1, 0))
-        return varlen_attn(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
+            return varlen_attn(q, k, v, cu_seqlens, cu_k, max_seqlen, max_k, window_size=(-1, 0))
+        return varlen_attn(q, k, v, cu_seqlens, cu_k, max_seqlen, max_k,
                            window_size=(-1, 0), enable_gqa=q.shape[1] != k.shape[1])
-    bounds = cu_seqlens.tolist()
+    bounds, kb = cu_seqlens.tolist(), cu_k.tolist()
     out = torch.empty_like(q)
-    for s, e in zip(bounds[:-1], bounds[1:]):
+    for s, e, ks, ke in zip(bounds[:-1], bounds[1:], kb[:-1], kb[1:]):
         if e > s:
-            out[s:e] = _sdpa(q[s:e], k[s:e], v[s:e], 0)
+            out[s:e] = _sdpa(q[s:e], k[ks:ke], v[ks:ke], (ke - ks) - (e - s))
     return out
 
 

@@ -310,6 +310,11 @@ class Train:
     algo.policy_loss=decoupled_ppo or algo.tis_cap > 0; run.resume is refused). 2 = the same with the rollout
     in a process of its own, so the two do not take turns on one interpreter (one a rank, no LoRA adapters
     generator: r1/rollout_process.py). 0 = the synchronous loop (r1/overlap.py)."""
+    share_prefix: bool = False
+    """RL: pack each group's first prompt once per micro-batch, not once per sample: its rows run through the
+    models once and every sample's attention reads them (r1/packing.py). The same logprobs, values and
+    gradients (float64-equal); mini-batches are then dealt whole groups at a time, not trajectories round-robin,
+    so the split differs from false's. false = every sample packed whole, as before."""
     time_limit: float = 0.0
     """RL: stop after the iteration that passes this many seconds of this process's training
     (0 = no limit); the run then checkpoints and exports hf/ as at its last step, and

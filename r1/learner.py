@@ -126,13 +126,14 @@ class Learner:
         for k, mb in enumerate(micro_batches + [filler(self.tok.pad_id, self.device)] * num_fillers):
             args = (mb.input_ids, mb.position_ids, mb.cu_seqlens, mb.max_seqlen)
             with self.autocast():
-                old, _ = self.policy(*args, sel=mb.sel, targets=mb.targets, temperature=temperature)
+                old, _ = self.policy(*args, sel=mb.sel, targets=mb.targets, temperature=temperature, kv_rows=mb.kv_rows)
                 ref = None
                 if self.ref is not None:
-                    ref = self.ref(*args, sel=mb.sel, targets=mb.targets, temperature=temperature)[0]
+                    ref = self.ref(*args, sel=mb.sel, targets=mb.targets, temperature=temperature,
+                                   kv_rows=mb.kv_rows)[0]
                 tok_values = step_values = None
                 if self.critic is not None:
-                    values = self.critic(*args).float()
+                    values = self.critic(*args, kv_rows=mb.kv_rows).float()
                     tok_values, step_values = values[mb.sel], values[mb.step_pos]
             if k < len(micro_batches):
                 out.append(Scores(old.float(), None if ref is None else ref.float(), tok_values, step_values))
@@ -256,7 +257,8 @@ class Learner:
         algo = self.cfg.algo
         with self.autocast():
             logp, entropy = self.policy(mb.input_ids, mb.position_ids, mb.cu_seqlens, mb.max_seqlen, sel=mb.sel,
-                                        targets=mb.targets, temperature=self.cfg.rollout.temperature or 1.0)
+                                        targets=mb.targets, temperature=self.cfg.rollout.temperature or 1.0,
+                                        kv_rows=mb.kv_rows)
         logp, entropy = logp.float(), entropy.float()
         agg_seg = mb.tok_step if algo.loss_agg == "step_mean" else mb.tok_traj
         inputs = PolicyInputs(logp, mb_scores.old_logp, targets.advantages, mb.mask, targets.sampler_logp,
@@ -277,7 +279,8 @@ class Learner:
         its last prompt token, or per sampled token); returns (loss, metrics, their weight)."""
         algo = self.cfg.algo
         with self.autocast():
-            values = self.critic(mb.input_ids, mb.position_ids, mb.cu_seqlens, mb.max_seqlen).float()
+            values = self.critic(mb.input_ids, mb.position_ids, mb.cu_seqlens, mb.max_seqlen,
+                                 kv_rows=mb.kv_rows).float()
         if ESTIMATORS[algo.advantage].target == "step":
             pred, old = values[mb.step_pos], mb_scores.step_values
             mask = torch.ones(mb.step_pos.numel(), device=self.device)

@@ -110,9 +110,11 @@ class RMSNorm(nn.Module):
 
 
 def rms_norm(x, weight, eps: float):
-    """HF's RMSNorm: normalise in fp32, round to x's dtype, then scale."""
+    """HF's RMSNorm: normalise in fp32, round to x's dtype, then scale. A float64 model normalises in float64:
+    HF's cast to fp32 there rounds every row to float32, which made float64 comparisons of two ways to compute
+    the same gradient (a shared prompt's rows summed before the norm's backward, or after) differ by 1e-7."""
     dtype = x.dtype
-    x = x.float()
+    x = x if dtype == torch.float64 else x.float()
     x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
     return weight * x.to(dtype)
 
@@ -332,8 +334,8 @@ class Attention(nn.Module):
         # bring q, k back to v's dtype so the attention kernel sees one dtype (flash needs bf16).
         if cache_kv is None:
             q, k = OPS.rope_qk(q, k, cos, sin, v.dtype)
-            cu, max_len = packed
-            out = varlen_attention(q, k, v, cu, max_len)
+            cu, max_len, kv_rows = packed
+            out = varlen_attention(q, k, v, cu, max_len, kv=kv_rows)
         else:
             k_cache, v_cache = cache_kv
             q, k = OPS.rope_write(q, k, v, cos, sin, v.dtype, k_cache, v_cache, step.token_slots, positions)
@@ -529,15 +531,17 @@ class Transformer(nn.Module):
 
     # -- forward -----------------------------------------------------------
     def hidden(self, input_ids, position_ids, cu_seqlens=None, max_seqlen=None, cache: KVCache | None = None,
-               step: CacheStep | None = None):
-        """Packed forward to final normed hidden states: ids [N], positions [N] -> [N, hidden]."""
+               step: CacheStep | None = None, kv_rows=None):
+        """Packed forward to final normed hidden states: ids [N], positions [N] -> [N, hidden].
+        kv_rows: the rows each sequence attends to when they are not its own alone (a shared prompt):
+        kernels.attention.varlen_attention's `kv`."""
         x = self.model.embed_tokens(input_ids)
         cos, sin = rope_cos_sin(position_ids, self.cfg.head_dim, self.cfg.rope_theta, x.dtype)
         if step is not None and step.token_slots is None:  # every layer writes its keys to the same slots
             step = replace(step, token_slots=step.rows[step.token_rows])
         if step is not None and step.by_row and step.blocks is None and step.cu_q.is_cuda:  # one map, every layer
             step = replace(step, blocks=block_map(step.cu_q, input_ids.shape[0] // 16 + step.rows.shape[0]))
-        packed = (cu_seqlens, max_seqlen)
+        packed = (cu_seqlens, max_seqlen, kv_rows)
         for i, layer in enumerate(self.model.layers):
             kv = None if cache is None else (cache.k[i], cache.v[i])
             x = layer(x, cos, sin, packed, kv, step, position_ids)
@@ -550,14 +554,17 @@ class Transformer(nn.Module):
         return F.linear(h, self.head_weight)
 
     def forward(self, input_ids, position_ids=None, cu_seqlens=None, max_seqlen=None, cache=None, step=None,
-                sel=None, targets=None, temperature: float = 1.0):
+                sel=None, targets=None, temperature: float = 1.0, kv_rows=None):
         """[B, T] ids -> [B, T, vocab] logits; or packed ids [N] (with position_ids,
         cu_seqlens, max_seqlen, or a cache step) -> [N, vocab] logits ([N] values).
 
         Training form: `sel` [M] picks the positions to score; with `targets`
         [M] the policy returns (logp [M], entropy [M]) of softmax(logits / T)
         through the fused kernel, never materialising [M, vocab] float32
-        logits. Everything goes through forward so FSDP's hooks see it.
+        logits; `sel` may name a position twice (a shared prompt's last token
+        predicts each sample's first token). `kv_rows`: a shared prompt's keys
+        (r1/packing.py `MicroBatch.kv_rows`). Everything goes through forward
+        so FSDP's hooks see it.
         """
         if input_ids.dim() == 2:
             B, T = input_ids.shape
@@ -565,7 +572,7 @@ class Transformer(nn.Module):
             pos = torch.arange(T, device=dev).repeat(B)
             cu = torch.arange(0, (B + 1) * T, T, device=dev, dtype=torch.int32)
             return self.head(self.hidden(input_ids.reshape(-1), pos, cu, T)).view(B, T, -1).squeeze(-1)
-        h = self.hidden(input_ids, position_ids, cu_seqlens, max_seqlen, cache, step)
+        h = self.hidden(input_ids, position_ids, cu_seqlens, max_seqlen, cache, step, kv_rows)
         if sel is not None:
             h = h[sel]
         if targets is not None:

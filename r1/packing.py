@@ -8,6 +8,19 @@ computed once, not once per step, and each step's response is a span of it.
 Otherwise every step is its own sequence. Causal attention makes both give
 the same logprobs and values (tested).
 
+With `share` (train.share_prefix), the samples of one prompt also share
+that prompt: a sequence whose first step's prompt equals an earlier
+sequence's in the same micro-batch is packed without it, its positions go
+on from the prompt's length, and its attention reads the earlier
+sequence's prompt rows before its own (`MicroBatch.kv_rows`; the kernels
+take separate query and key lengths, causal from the bottom right). The
+prompt's rows run through every layer once instead of once per sample, and
+the gradient of its keys and values gathers every sample's share, which is
+the sum the separate copies gave (float64-equal, tested). Its last row
+predicts each sample's first response token, so `sel` names it once per
+sample. Mini-batches are then dealt whole groups at a time (plan), so that
+a group's samples meet in one micro-batch.
+
 Per micro-batch we keep flat tensors over the packed tokens ([N]) and over
 the predicted response tokens ([M]): `sel` are the positions whose next
 token is a response token (the logits at position j score token j + 1),
@@ -30,6 +43,7 @@ class Sequence:
     ids: list  # token ids of the packed sequence
     spans: list  # (step_key, response_start, response_len) with step_key = (traj_index, step_index)
     traj: int  # trajectory index (a sequence never mixes trajectories)
+    head: int = 0  # length of its trajectory's first prompt when the sequence starts with it (shareable), else 0
 
 
 @dataclass
@@ -46,6 +60,8 @@ class MicroBatch:
     step_pos: torch.Tensor  # [K] position of the last prompt token of each step in this micro-batch
     step_index: torch.Tensor  # [K] their global step indices
     num_tokens: int  # N
+    kv_rows: tuple | None = None  # (index [N'], cu_k [S+1] int32, max_k) when sequences share a prompt, else None
+    shared_tokens: int = 0  # prompt tokens packed once for several sequences: not recomputed
 
 
 def sequences(trajs, pack_trajectories: bool = True) -> list:
@@ -56,10 +72,11 @@ def sequences(trajs, pack_trajectories: bool = True) -> list:
         if pack_trajectories and t.is_append_only():
             last = t.steps[-1]
             spans = [((ti, si), len(s.prompt_ids), len(s.response_ids)) for si, s in enumerate(t.steps)]
-            out.append(Sequence(last.prompt_ids + last.response_ids, spans, ti))
+            out.append(Sequence(last.prompt_ids + last.response_ids, spans, ti, len(t.steps[0].prompt_ids)))
         else:
             for si, s in enumerate(t.steps):
-                out.append(Sequence(s.prompt_ids + s.response_ids, [((ti, si), len(s.prompt_ids), len(s.response_ids))], ti))
+                out.append(Sequence(s.prompt_ids + s.response_ids, [((ti, si), len(s.prompt_ids), len(s.response_ids))],
+                                    ti, len(s.prompt_ids) if si == 0 else 0))
     return out
 
 
@@ -69,33 +86,61 @@ def step_order(trajs) -> dict:
     return {k: i for i, k in enumerate(keys)}
 
 
-def split_by_tokens(seqs: list, max_tokens: int, size=lambda s: len(s.ids)) -> list:
-    """Greedy split into lists of sequences of at most max_tokens (a longer sequence goes alone)."""
-    groups, cur, n = [], [], 0
+def split_by_tokens(seqs: list, max_tokens: int, size=lambda s: len(s.ids), share: bool = False) -> list:
+    """Greedy split into lists of sequences of at most max_tokens (a longer sequence goes alone). With `share`,
+    a sequence whose shareable head is already in the list counts its tokens after the head only."""
+    groups, cur, n, heads = [], [], 0, set()
     for s in seqs:
-        if cur and n + size(s) > max_tokens:
+        key = _head_key(s) if share else None
+        cost = len(s.ids) - s.head if key is not None and key in heads else size(s)
+        if cur and n + cost > max_tokens:
             groups.append(cur)
-            cur, n = [], 0
+            cur, n, heads = [], 0, set()
+            cost = size(s)
         cur.append(s)
-        n += size(s)
+        n += cost
+        if key is not None:
+            heads.add(key)
     if cur:
         groups.append(cur)
     return groups
 
 
-def collate(seqs: list, trajs, order: dict, device) -> MicroBatch:
+def _head_key(s: Sequence):
+    """What a sequence shares with others of its micro-batch: its first prompt's ids, or None."""
+    return tuple(s.ids[: s.head]) if 0 < s.head < len(s.ids) else None
+
+
+def collate(seqs: list, trajs, order: dict, device, share: bool = False) -> MicroBatch:
     """Pack `seqs` into one micro-batch. Built with numpy from per-span lengths: lists of every token's id,
     position, target and step turned into tensors by torch.tensor made packing 232 ms of host time per iteration
-    at configs/gsm8k_tool.yaml's batch, against 59 ms now (bench/host_score.py, docs/LOG.md 2026-12-02)."""
-    lens = np.array([len(s.ids) for s in seqs], dtype=np.int64)
+    at configs/gsm8k_tool.yaml's batch, against 59 ms now (bench/host_score.py, docs/LOG.md 2026-12-02).
+    share: a sequence whose head another sequence here already holds is packed without it (module docstring)."""
+    skip, owner = np.zeros(len(seqs), dtype=np.int64), np.arange(len(seqs))
+    if share:
+        first = {}
+        for i, s in enumerate(seqs):
+            key = _head_key(s)
+            if key is not None and first.setdefault(key, i) != i:
+                skip[i], owner[i] = s.head, first[key]
+    full = np.array([len(s.ids) for s in seqs], dtype=np.int64)
+    lens = full - skip
     offsets = np.concatenate([[0], np.cumsum(lens)])
-    ids = np.fromiter(chain.from_iterable(s.ids for s in seqs), dtype=np.int64, count=int(offsets[-1]))
-    pos = np.arange(int(offsets[-1]), dtype=np.int64) - np.repeat(offsets[:-1], lens)
-    spans = [(base, key, start, n) for base, s in zip(offsets[:-1].tolist(), seqs) for key, start, n in s.spans]
-    step_pos = np.array([base + start - 1 for base, _, start, _ in spans], dtype=np.int64)
+    ids = np.fromiter(chain.from_iterable(s.ids[k:] for s, k in zip(seqs, skip.tolist())), dtype=np.int64,
+                      count=int(offsets[-1]))
+    pos = np.arange(int(offsets[-1]), dtype=np.int64) - np.repeat(offsets[:-1] - skip, lens)
+    spans = [(i, key, start, n) for i, s in enumerate(seqs) for key, start, n in s.spans]
+    seq_of = np.array([i for i, *_ in spans], dtype=np.int64)
     n = np.array([n for *_, n in spans], dtype=np.int64)
     m = int(n.sum())
-    sel = np.arange(m, dtype=np.int64) - np.repeat(np.cumsum(n) - n, n) + np.repeat(step_pos, n)
+    # positions in each sequence, then rows of the micro-batch: a shared head's rows are its owner's
+    at = np.array([start - 1 for _, _, start, _ in spans], dtype=np.int64)
+    step_pos = _rows(at, seq_of, skip, owner, offsets)
+    at_sel = np.arange(m, dtype=np.int64) - np.repeat(np.cumsum(n) - n, n) + np.repeat(at, n)
+    seq_sel = np.repeat(seq_of, n)
+    sel = _rows(at_sel, seq_sel, skip, owner, offsets)
+    # a target (a response token) is never in a shared head: it is the sequence's own row after its position
+    targets = ids[offsets[seq_sel] + at_sel + 1 - skip[seq_sel]]
     steps = [trajs[key[0]].steps[key[1]] for _, key, _, _ in spans]
     mask = np.fromiter(chain.from_iterable(st.mask for st in steps), dtype=np.float32)
     if mask.size != m:  # one step's response_mask is not as long as its response: name it
@@ -107,9 +152,20 @@ def collate(seqs: list, trajs, order: dict, device) -> MicroBatch:
     step_index = np.array([order[key] for _, key, _, _ in spans], dtype=np.int64)
     traj = np.array([key[0] for _, key, _, _ in spans], dtype=np.int64)
     t = lambda x: torch.from_numpy(x).to(device)  # noqa: E731
-    return MicroBatch(t(ids), t(pos), t(offsets.astype(np.int32)), int(lens.max()), t(sel), t(ids[sel + 1]),
+    kv_rows = None
+    if skip.any():  # sequence i attends to its owner's first skip[i] rows, then to its own
+        index = np.concatenate([np.concatenate([offsets[o] + np.arange(k), offsets[i] + np.arange(ln)])
+                                for i, (o, k, ln) in enumerate(zip(owner.tolist(), skip.tolist(), lens.tolist()))])
+        kv_rows = (t(index), t(np.concatenate([[0], np.cumsum(full)]).astype(np.int32)), int(full.max()))
+    return MicroBatch(t(ids), t(pos), t(offsets.astype(np.int32)), int(lens.max()), t(sel), t(targets),
                       t(mask), t(np.repeat(step_index, n)), t(np.repeat(traj, n)), t(step_pos), t(step_index),
-                      int(offsets[-1]))
+                      int(offsets[-1]), kv_rows, int(skip.sum()))
+
+
+def _rows(at, seq, skip, owner, offsets):
+    """Row in the micro-batch of position `at` of sequence `seq` (arrays): a position inside the sequence's
+    skipped head is its owner's row, any other follows the sequence's own rows."""
+    return np.where(at < skip[seq], offsets[owner[seq]] + at, offsets[seq] + at - skip[seq])
 
 
 def filler(pad_id: int, device) -> MicroBatch:
@@ -133,14 +189,23 @@ class Plan:
         return [mb for mini in self.minibatches for mb in mini]
 
 
-def plan(trajs, minibatches: int, micro_tokens: int, device) -> Plan:
-    """Deal trajectories round-robin to `minibatches` mini-batches, then split each into micro-batches."""
+def plan(trajs, minibatches: int, micro_tokens: int, device, share: bool = False) -> Plan:
+    """Deal trajectories round-robin to `minibatches` mini-batches, then split each into micro-batches.
+    share (train.share_prefix): deal whole groups round-robin instead (a group's trajectories in one
+    mini-batch, next to each other), and pack each sample's first prompt once per micro-batch."""
     order, seqs = step_order(trajs), sequences(trajs)
     by_traj = {}
     for s in seqs:
         by_traj.setdefault(s.traj, []).append(s)
     traj_ids = sorted(by_traj)
-    minis = [traj_ids[i::minibatches] for i in range(minibatches)]
-    return Plan([[collate(group, trajs, order, device)
-                  for group in split_by_tokens([s for ti in mini for s in by_traj[ti]], micro_tokens)]
+    if share:
+        by_group = {}
+        for ti in traj_ids:
+            by_group.setdefault(trajs[ti].group, []).append(ti)
+        groups = list(by_group.values())
+        minis = [[ti for g in groups[i::minibatches] for ti in g] for i in range(minibatches)]
+    else:
+        minis = [traj_ids[i::minibatches] for i in range(minibatches)]
+    return Plan([[collate(group, trajs, order, device, share)
+                  for group in split_by_tokens([s for ti in mini for s in by_traj[ti]], micro_tokens, share=share)]
                  for mini in minis], len(trajs), len(order))

@@ -240,7 +240,8 @@ class Trainer:
         trajs = self.trained_trajectories(played)
         t1, c1 = time.time(), time.thread_time()
         with phase("r1.score"):  # 2. score and 3. credit (time_score covers both)
-            plan = packing.plan(trajs, algo.minibatches, self.plan.micro_tokens, self.device)
+            plan = packing.plan(trajs, algo.minibatches, self.plan.micro_tokens, self.device,
+                                self.cfg.train.share_prefix)
             # FSDP: every rank runs as many micro-batches per mini-batch as the busiest rank (fillers)
             fillers = [int(distributed.all_max(len(mini), d)) - len(mini) for mini in plan.minibatches]
             scores = self.learner.score(plan.micro_batches, sum(fillers))
@@ -260,7 +261,11 @@ class Trainer:
         t_train, c_main = time.time() - t2, c_main + time.thread_time() - c2  # c_main: score + update
         # 5. log: throughput, memory, the trajectories
         n_roll = sum(len(s.response_ids) for t in played for s in t.steps)
-        n_train = sum(mb.num_tokens for mb in plan.micro_batches)
+        n_train = sum(mb.num_tokens for mb in plan.micro_batches)  # computed: a shared prompt counts once
+        if self.cfg.train.share_prefix:  # of the tokens packed whole, the share not recomputed
+            shared = distributed.all_sum(torch.tensor([float(sum(mb.shared_tokens for mb in plan.micro_batches)),
+                                                       float(n_train)]), d)
+            metrics["shared_prefix_frac"] = float(shared[0] / (shared[0] + shared[1]).clamp(min=1))
         if self.cfg.train.overlap:  # time_rollout: what the iteration waited; the rollout ran t_play
             # compiled-op calls run eager while the other thread compiled (r1/model._compile): 0 once warm
             fallbacks = eager_fallbacks()

@@ -216,6 +216,24 @@ def test_iteration_fuse_train_lanes_run_under_the_switch(tmp_path):
         "ppo-o0-ft", "X")
 
 
+def test_iteration_share_prefix_lanes_add_the_key_and_nothing_else(tmp_path):
+    """ppo-o0-sp, grpo-o0-sp, ppo-o2-sp: the same commands as ppo-o0, grpo-o0, ppo-o2 plus
+    train.share_prefix=true (a python3 that records its arguments)."""
+    env, record = recording_python(tmp_path, '"run: $*"')
+    env.update(ONLY="ppo-o0 grpo-o0 ppo-o2 ppo-o0-sp grpo-o0-sp ppo-o2-sp", SAVE="")
+    r = subprocess.run(["bash", os.path.join(ROOT, "bench", "h200_iteration.sh"), "m", str(tmp_path / "res")],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    runs = {c.split("run.dir=")[1].split()[0].rsplit("/", 1)[1]: c for c in record.read_text().splitlines()
+            if " train.py " in c}
+    assert sorted(runs) == sorted(["ppo-o0", "grpo-o0", "ppo-o2", "ppo-o0-sp", "grpo-o0-sp", "ppo-o2-sp"])
+    for base in ("ppo-o0", "grpo-o0", "ppo-o2"):
+        plain, shared = runs[base].split(), runs[base + "-sp"].split()
+        assert "train.share_prefix=true" in shared and "train.share_prefix=true" not in plain
+        shared.remove("train.share_prefix=true")
+        assert sorted(w.replace(base + "-sp", base) for w in shared) == sorted(plain), base
+
+
 def test_a_job_whose_phases_failed_says_which_and_exits_non_zero(tmp_path):
     """Every lane failed (a wrong model path, in a user's walk) and the job said ALL DONE with rc 0. Now the
     failed phases come before ALL DONE (which bench/h200_wait.sh still finds) and the job exits 1."""

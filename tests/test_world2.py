@@ -32,6 +32,8 @@ RUNS = {
                                        "algo.policy_loss=cispo"],
     "step_gae_vf_epochs": ["algo.advantage=step_gae", "algo.normalize_reward=std", "algo.vf_epochs=2",
                            "algo.whiten=true"],
+    # a group's prompt packed once (train.share_prefix): micro-batches big enough for a group to meet
+    "step_gae_share_prefix": ["algo.advantage=step_gae", "train.share_prefix=true", "train.micro_tokens=100000"],
 }
 KEYS = ("pg_loss", "grad_norm", "entropy", "reward_mean")
 CRITIC_KEYS = ("value_loss", "critic_grad_norm")
@@ -64,3 +66,5 @@ def test_world2_equals_world1_with_batch_statistics(tmp_path, tok_dir):
         assert a["n"] == b["n"] == 8 and a["grad_norm"] > 0, name
         for k in KEYS + (CRITIC_KEYS if "gae" in name else ()):
             assert b[k] == pytest.approx(a[k], rel=1e-4, abs=1e-6), (name, k)
+        if "share_prefix" in name:  # the prompts were shared, at both world sizes
+            assert a["shared_prefix_frac"] > 0.2 and b["shared_prefix_frac"] > 0.2, (name, a, b)
