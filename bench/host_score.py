@@ -44,8 +44,11 @@ from r1.trajectory import Step, Trajectory, _finish_bad, check_episodes  # noqa:
 VOCAB = 49152  # SmolLM2's
 
 
-def list_collate(seqs: list, trajs, order: dict, device) -> MicroBatch:
-    """packing.collate's micro-batch, built token by token from Python lists (the reference lane)."""
+def list_collate(seqs: list, trajs, order: dict, device, share: bool = False) -> MicroBatch:
+    """packing.collate's micro-batch, built token by token from Python lists (the reference lane; whole
+    sequences only: train.share_prefix's packing is tested against the whole one in tests/test_share_prefix.py)."""
+    if share:
+        raise ValueError("list_collate packs every sequence whole (share=False)")
     ids, pos, cu, sel, targets, mask, tok_step, tok_traj, step_pos, step_index = [], [], [0], [], [], [], [], [], [], []
     for s in seqs:
         base = len(ids)

@@ -206,6 +206,6 @@ def plan(trajs, minibatches: int, micro_tokens: int, device, share: bool = False
         minis = [[ti for g in groups[i::minibatches] for ti in g] for i in range(minibatches)]
     else:
         minis = [traj_ids[i::minibatches] for i in range(minibatches)]
-    return Plan([[collate(group, trajs, order, device, share)
+    return Plan([[collate(group, trajs, order, device, share=share)
                   for group in split_by_tokens([s for ti in mini for s in by_traj[ti]], micro_tokens, share=share)]
                  for mini in minis], len(trajs), len(order))

@@ -19,8 +19,8 @@ def test_host_score_lanes_agree_and_are_timed():
 def test_host_score_refuses_lanes_that_differ(monkeypatch):
     real = host_score.list_collate
 
-    def off_by_one(seqs, trajs, order, device):
-        mb = real(seqs, trajs, order, device)
+    def off_by_one(seqs, trajs, order, device, share=False):
+        mb = real(seqs, trajs, order, device, share)
         return dataclasses.replace(mb, position_ids=mb.position_ids + 1)
 
     monkeypatch.setattr(host_score, "list_collate", off_by_one)
