@@ -234,6 +234,28 @@ def test_iteration_share_prefix_lanes_add_the_key_and_nothing_else(tmp_path):
         assert sorted(w.replace(base + "-sp", base) for w in shared) == sorted(plain), base
 
 
+def test_share_prefix_job_runs_the_gpu_test_the_benchmarks_then_the_lanes(tmp_path):
+    """bench/h200_share_prefix.sh: the GPU test, the two benchmarks, then h200_iteration.sh's SFT and its six
+    lanes (with and without train.share_prefix), saved to a file of its own (a python3 that records its
+    arguments); refused with one line outside the repository root."""
+    env, record = recording_python(tmp_path, '"run: $*"')
+    script = os.path.join(ROOT, "bench", "h200_share_prefix.sh")
+    r = subprocess.run(["bash", script, "m.gguf", str(tmp_path / "res")], capture_output=True, text=True,
+                       timeout=120, cwd=ROOT, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    calls = [c for c in record.read_text().splitlines() if c.startswith("run: ") and " -c " not in c]
+    assert calls[0] == "run: -m pytest -q -m gpu tests/test_share_prefix.py"
+    assert calls[1].startswith("run: bench/share_prefix_step.py --model 135m --save")
+    assert calls[2].startswith("run: bench/share_prefix_step.py --model 3b ")
+    runs = [c.split("run.dir=")[1].split()[0].rsplit("/", 1)[1] for c in calls if " train.py " in c]
+    assert runs == ["sft", "ppo-o0", "grpo-o0", "ppo-o2", "ppo-o0-sp", "grpo-o0-sp", "ppo-o2-sp"]
+    assert "train.steps=467" in [c for c in calls if "run.dir=" + str(tmp_path / "res" / "sft") in c][0]
+    assert "--save bench/results/iteration_share_prefix_h200.json" in calls[-1]
+    elsewhere = subprocess.run(["bash", script, "m", str(tmp_path / "r2")], capture_output=True, text=True,
+                               timeout=60, cwd=str(tmp_path), env=env)
+    assert elsewhere.returncode == 2 and "run it from the repository root" in elsewhere.stdout
+
+
 def test_a_job_whose_phases_failed_says_which_and_exits_non_zero(tmp_path):
     """Every lane failed (a wrong model path, in a user's walk) and the job said ALL DONE with rc 0. Now the
     failed phases come before ALL DONE (which bench/h200_wait.sh still finds) and the job exits 1."""
