@@ -25,11 +25,11 @@ import math
 import os
 import random
 import sys
-import time
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench.train_step import timed  # noqa: E402
 from r1.algos.losses import ppo_policy_loss  # noqa: E402
 from r1.model import Transformer, tiny_config  # noqa: E402
 from r1.packing import plan  # noqa: E402
@@ -116,28 +116,15 @@ def step_peer(model, opt, batches):
     opt.zero_grad(set_to_none=True)
 
 
-def timed(fn, dev, reps: int):
-    """Seconds a call (after one warm-up) and the peak GiB (CUDA; 0 on the CPU)."""
-    cuda = dev.type == "cuda"
-    fn()
-    if cuda:
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-    t = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    if cuda:
-        torch.cuda.synchronize()
-    return (time.perf_counter() - t) / reps, (torch.cuda.max_memory_allocated() / 2**30 if cuda else 0.0)
-
-
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="135m", help="135m or 3b (random weights of that shape)")
     p.add_argument("--prompts", type=int, default=64)
     p.add_argument("--n", type=int, default=8)
-    p.add_argument("--prompt-len", type=int, default=350)
-    p.add_argument("--own-mean", type=float, default=290.0)
+    # the means of the PPO lane's 500 validation episodes (docs/results/overlap_pair_ppo/val-recipe.jsonl.gz):
+    # first prompt 366 tokens, whole sequence 584
+    p.add_argument("--prompt-len", type=int, default=366)
+    p.add_argument("--own-mean", type=float, default=218.0)
     p.add_argument("--micro-tokens", type=int, default=65536)
     p.add_argument("--peer-micro", type=int, default=8)
     p.add_argument("--reps", type=int, default=3)
@@ -151,7 +138,7 @@ def main(argv=None) -> dict:
     else:
         from bench.rollout import SHAPES
         cfg = SHAPES[a.model]
-    autocast = dev.type == "cuda"
+    autocast = cuda = dev.type == "cuda"
     trajs = episodes(a.prompts, a.n, a.prompt_len, a.own_mean, cfg.vocab_size)
     whole = plan(trajs, 1, a.micro_tokens, dev).micro_batches
     shared = plan(trajs, 1, a.micro_tokens, dev, share=True).micro_batches
@@ -169,8 +156,8 @@ def main(argv=None) -> dict:
         model = Transformer(cfg).float()  # fp32 master weights, bf16 autocast on CUDA: the trainer on one GPU
     opt = torch.optim.AdamW(model.parameters(), lr=1e-6, **({"fused": True} if dev.type == "cuda" else {}))
     for name, mbs in (("whole", whole), ("shared", shared)):
-        s, _ = timed(lambda: score_ours(model, mbs, autocast), dev, a.reps)
-        t, mem = timed(lambda: step_ours(model, opt, mbs, autocast), dev, a.reps)
+        s, _ = timed(lambda: score_ours(model, mbs, autocast), a.reps, cuda)
+        t, mem = timed(lambda: step_ours(model, opt, mbs, autocast), a.reps, cuda)
         res.update({f"ours_{name}_score_s": round(s, 4), f"ours_{name}_step_s": round(t, 4),
                     f"ours_{name}_peak_gb": round(mem, 1)})
     res["share_speedup_score"] = round(res["ours_whole_score_s"] / res["ours_shared_score_s"], 3)
@@ -187,8 +174,8 @@ def main(argv=None) -> dict:
         popt = torch.optim.AdamW(peer.parameters(), lr=1e-6, **({"fused": True} if dev.type == "cuda" else {}))
         batches = peer_batches(trajs, a.peer_micro, dev)
         try:
-            s, _ = timed(lambda: score_peer(peer, batches), dev, a.reps)
-            t, mem = timed(lambda: step_peer(peer, popt, batches), dev, a.reps)
+            s, _ = timed(lambda: score_peer(peer, batches), a.reps, cuda)
+            t, mem = timed(lambda: step_peer(peer, popt, batches), a.reps, cuda)
             res.update(peer_score_s=round(s, 4), peer_step_s=round(t, 4), peer_peak_gb=round(mem, 1),
                        vs_peer_score=round(s / res["ours_shared_score_s"], 2),
                        vs_peer_step=round(t / res["ours_shared_step_s"], 2))

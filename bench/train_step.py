@@ -93,15 +93,18 @@ def step_peer(model, opt, seqs, micro, dev):
     opt.zero_grad(set_to_none=True)
 
 
-def timed(fn, reps=3):
+def timed(fn, reps=3, cuda=True):
+    """Seconds a call after one warm-up, and the peak GiB (0 with cuda=False: a CPU harness run)."""
     fn()  # warm-up
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
     t = time.perf_counter()
     for _ in range(reps):
         fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t) / reps, torch.cuda.max_memory_allocated() / 2**30
+    if cuda:
+        torch.cuda.synchronize()
+    return (time.perf_counter() - t) / reps, (torch.cuda.max_memory_allocated() / 2**30 if cuda else 0.0)
 
 
 def main():

@@ -346,10 +346,12 @@ def estimate(cfg: Config, mc, world: int, device_type: str, capacity: int, devic
         else:
             saved = N * mc.num_layers * layer
         update = saved + N * token_extra_bytes(mc, p) + backward_bytes(mc, p, N, L, triton=device_type == "cuda")
-        if cfg.train.share_prefix:  # the attention's keys and values gathered (a shared prompt's rows read by
-            # each sample), saved for its backward: counted as one more copy a token (a prompt as long as the
-            # samples' own tokens; GSM8K-tool's is 350 of about 640, 8 samples a prompt: 0.9 more a token)
-            update += N * (1 if checkpointing else mc.num_layers) * 2 * p.matmul * mc.num_kv_heads * mc.head_dim
+        if cfg.train.share_prefix:  # the attention's keys and values gathered, saved for its backward: a shared
+            # prompt's rows are read by at most rollout.n - 1 more samples, so at most that many more copies a
+            # token (GSM8K-tool's validation episodes: 366 prompt tokens of 584, 8 samples, 1.2 more a token)
+            copies = max(cfg.rollout.n - 1, 0)
+            kv = 2 * p.matmul * mc.num_kv_heads * mc.head_dim
+            update += N * (1 if checkpointing else mc.num_layers) * copies * kv
         if rank:  # per adapter: its [N, r] middle for B's backward; with dropout the mask and the dropped input
             per_tok = sum(rank * p.matmul + (n_in * (1 + p.matmul) if cfg.model.lora_dropout else 0)
                           for n_in, _ in lora_shapes(mc, cfg.model.lora_targets))

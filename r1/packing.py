@@ -32,6 +32,7 @@ run the same number of micro-batches; a rank with fewer runs `filler()`
 batches (two pad tokens, nothing trained on) until the counts match.
 """
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import chain
 
 import numpy as np
@@ -44,6 +45,12 @@ class Sequence:
     spans: list  # (step_key, response_start, response_len) with step_key = (traj_index, step_index)
     traj: int  # trajectory index (a sequence never mixes trajectories)
     head: int = 0  # length of its trajectory's first prompt when the sequence starts with it (shareable), else 0
+
+    @cached_property
+    def head_key(self):
+        """What the sequence shares with others of its micro-batch: its first prompt's ids, or None (built once:
+        split_by_tokens and collate both ask)."""
+        return tuple(self.ids[: self.head]) if 0 < self.head < len(self.ids) else None
 
 
 @dataclass
@@ -91,7 +98,7 @@ def split_by_tokens(seqs: list, max_tokens: int, size=lambda s: len(s.ids), shar
     a sequence whose shareable head is already in the list counts its tokens after the head only."""
     groups, cur, n, heads = [], [], 0, set()
     for s in seqs:
-        key = _head_key(s) if share else None
+        key = s.head_key if share else None
         cost = len(s.ids) - s.head if key is not None and key in heads else size(s)
         if cur and n + cost > max_tokens:
             groups.append(cur)
@@ -106,11 +113,6 @@ def split_by_tokens(seqs: list, max_tokens: int, size=lambda s: len(s.ids), shar
     return groups
 
 
-def _head_key(s: Sequence):
-    """What a sequence shares with others of its micro-batch: its first prompt's ids, or None."""
-    return tuple(s.ids[: s.head]) if 0 < s.head < len(s.ids) else None
-
-
 def collate(seqs: list, trajs, order: dict, device, share: bool = False) -> MicroBatch:
     """Pack `seqs` into one micro-batch. Built with numpy from per-span lengths: lists of every token's id,
     position, target and step turned into tensors by torch.tensor made packing 232 ms of host time per iteration
@@ -120,7 +122,7 @@ def collate(seqs: list, trajs, order: dict, device, share: bool = False) -> Micr
     if share:
         first = {}
         for i, s in enumerate(seqs):
-            key = _head_key(s)
+            key = s.head_key
             if key is not None and first.setdefault(key, i) != i:
                 skip[i], owner[i] = s.head, first[key]
     full = np.array([len(s.ids) for s in seqs], dtype=np.int64)
@@ -153,10 +155,11 @@ def collate(seqs: list, trajs, order: dict, device, share: bool = False) -> Micr
     traj = np.array([key[0] for _, key, _, _ in spans], dtype=np.int64)
     t = lambda x: torch.from_numpy(x).to(device)  # noqa: E731
     kv_rows = None
-    if skip.any():  # sequence i attends to its owner's first skip[i] rows, then to its own
-        index = np.concatenate([np.concatenate([offsets[o] + np.arange(k), offsets[i] + np.arange(ln)])
-                                for i, (o, k, ln) in enumerate(zip(owner.tolist(), skip.tolist(), lens.tolist()))])
-        kv_rows = (t(index), t(np.concatenate([[0], np.cumsum(full)]).astype(np.int32)), int(full.max()))
+    if skip.any():  # sequence i's keys: the rows of its every position, its owner's first skip[i], then its own
+        cu_k = np.concatenate([[0], np.cumsum(full)])
+        index = _rows(np.arange(int(cu_k[-1]), dtype=np.int64) - np.repeat(cu_k[:-1], full),
+                      np.repeat(np.arange(len(seqs)), full), skip, owner, offsets)
+        kv_rows = (t(index), t(cu_k.astype(np.int32)), int(full.max()))
     return MicroBatch(t(ids), t(pos), t(offsets.astype(np.int32)), int(lens.max()), t(sel), t(targets),
                       t(mask), t(np.repeat(step_index, n)), t(np.repeat(traj, n)), t(step_pos), t(step_index),
                       int(offsets[-1]), kv_rows, int(skip.sum()))

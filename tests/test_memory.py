@@ -331,13 +331,15 @@ def test_cpu_capacity_honours_memory_fraction(monkeypatch):
 
 
 @pytest.mark.parametrize("ckpt", ["false", "true"])
-def test_share_prefix_counts_the_gathered_keys_and_values(ckpt):
-    """train.share_prefix: the attention saves keys and values gathered for each sample (a shared prompt's
-    rows read once a sample), one more copy a token: 2 x kv heads x head_dim in the matmul dtype, per layer
-    (one layer at a time under checkpointing)."""
-    base = ("model.path=smollm2-135m-instruct", "train.micro_tokens=8192", f"train.activation_checkpointing={ckpt}")
+@pytest.mark.parametrize("n", [2, 8])
+def test_share_prefix_counts_the_gathered_keys_and_values(ckpt, n):
+    """train.share_prefix: the attention saves keys and values gathered for each sample, a shared prompt's row
+    read by up to rollout.n - 1 more samples: that many more copies a token, 2 x kv heads x head_dim in the
+    matmul dtype, per layer (one layer at a time under checkpointing)."""
+    base = ("model.path=smollm2-135m-instruct", "train.micro_tokens=8192", f"train.activation_checkpointing={ckpt}",
+            f"rollout.n={n}")
     plain = memory.plan(cfg_of(*base), SMOLLM2, 1, "cuda", H200)
     shared = memory.plan(cfg_of(*base, "train.share_prefix=true"), SMOLLM2, 1, "cuda", H200)
     layers = 1 if ckpt == "true" else SMOLLM2.num_layers
     per_token = 2 * 2 * SMOLLM2.num_kv_heads * SMOLLM2.head_dim  # bf16 under autocast
-    assert shared.update - plain.update == 8192 * layers * per_token
+    assert shared.update - plain.update == 8192 * layers * (n - 1) * per_token

@@ -20,13 +20,9 @@ from r1 import packing
 from r1.model import Transformer, tiny_config
 from r1.packing import collate, sequences, split_by_tokens, step_order
 from r1.trajectory import Step, Trajectory
+from test_packing import V, ids
 
-V = 97
 FAMILIES = {"llama": {}, "qwen2": {"tie": False}, "qwen3": {}}  # bias on q/k/v; q/k norms
-
-
-def ids(rng, n):
-    return [rng.randrange(3, V) for _ in range(n)]
 
 
 def make_trajs(seed=0):
