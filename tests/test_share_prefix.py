@@ -7,7 +7,8 @@ sample's prompt rows (kernels.attention.varlen_attention's `kv`). On a tiny
 random float64 model of each family, every response token's logprob and
 entropy, every value, and every parameter's gradient equal the unshared
 packing's to 1e-10; through the trainer, one whole update (score, credit,
-update) leaves the same parameters. GPU backends with separate query and
+update) gives the same metrics, gradients and parameters, to the float32
+rounding of the learner's per-token terms. GPU backends with separate query and
 key lengths are checked against the math path on CUDA (marked gpu).
 """
 import random
@@ -22,7 +23,7 @@ from r1.packing import collate, sequences, split_by_tokens, step_order
 from r1.trajectory import Step, Trajectory
 from test_packing import V, ids
 
-FAMILIES = {"llama": {}, "qwen2": {"tie": False}, "qwen3": {}}  # bias on q/k/v; q/k norms
+FAMILIES = {"llama": {}, "qwen2": {"tie": False}, "qwen3": {}}  # tiny_config: qwen2 has q/k/v biases, qwen3 q/k norms
 
 
 def make_trajs(seed=0):
