@@ -9,7 +9,9 @@
 # allocator's free-and-retry), then PPO synchronous and with the process under R1_FUSE_TRAIN=1 (ppo-o0-ft,
 # ppo-o2-ft: does a 135M step's 1.03-1.145x reach the iteration?), then PPO and GRPO synchronous and PPO with the
 # process under train.share_prefix=true (ppo-o0-sp, grpo-o0-sp, ppo-o2-sp: each group's prompt packed once per
-# micro-batch, r1/packing.py). Runs one after another, the GPU to itself; phases are resumable.
+# micro-batch, r1/packing.py), then with sharing and train.precision=bf16 (a bf16 copy of the weights computes, no
+# autocast: r1/precision.py): ppo-o0-sp-bf, grpo-o0-sp-bf, ppo-o2-sp-bf, and GRPO with the process, sharing, with and
+# without the copy (grpo-o2-sp, grpo-o2-sp-bf). Runs one after another, the GPU to itself; phases are resumable.
 #   bench/h200_iteration.sh MODEL RESULTS_DIR   (MODEL: an SFT hf/ folder or the GGUF; results to
 #                                                 bench/results/iteration_h200.json unless SAVE is set)
 #   env: STEPS (default 12), EXTRA (overrides for every run: CPU dry runs), SAVE ('' = do not save),
@@ -25,7 +27,7 @@
 #   (in the background, then calls of `bench/h200_wait.sh RESULTS_DIR . $OUT`; with an SFT first, about 700 s)
 set -u
 [ $# -eq 2 ] || { echo "usage: bench/h200_iteration.sh MODEL RESULTS_DIR (see the comment at its top)"; exit 2; }
-LANES="ppo-o0 ppo-o1 grpo-o0 grpo-o1 ppo-o2 grpo-o2 ppo-o1-sw200 ppo-mt4096-frac015 ppo-mt4096 ppo-o0-ft ppo-o2-ft ppo-o0-sp grpo-o0-sp ppo-o2-sp"
+LANES="ppo-o0 ppo-o1 grpo-o0 grpo-o1 ppo-o2 grpo-o2 ppo-o1-sw200 ppo-mt4096-frac015 ppo-mt4096 ppo-o0-ft ppo-o2-ft ppo-o0-sp grpo-o0-sp ppo-o2-sp ppo-o0-sp-bf grpo-o0-sp-bf ppo-o2-sp-bf grpo-o2-sp grpo-o2-sp-bf"
 if [ -n "${ONLY:-}" ]; then
   for n in $ONLY; do case " $LANES " in *" $n "*) ;; *) echo "bench/h200_iteration.sh: ONLY names $n, not a lane ($LANES)"; exit 2 ;; esac; done
   SKIP="${SKIP:-}"; for n in $LANES; do case " $ONLY " in *" $n "*) ;; *) SKIP="$SKIP $n" ;; esac; done; export SKIP
@@ -62,6 +64,12 @@ R1_FUSE_TRAIN=1 run ppo-o2-ft $OV2
 run ppo-o0-sp train.share_prefix=true  # a group's prompt once per micro-batch: fewer tokens to score and update
 run grpo-o0-sp algo.advantage=grpo train.share_prefix=true
 run ppo-o2-sp train.share_prefix=true $OV2
+SP="train.share_prefix=true"; BF="train.precision=bf16"  # a bf16 copy computes (r1/precision.py)
+run ppo-o0-sp-bf $SP $BF
+run grpo-o0-sp-bf algo.advantage=grpo $SP $BF
+run ppo-o2-sp-bf $SP $BF $OV2
+run grpo-o2-sp algo.advantage=grpo $SP $OV2
+run grpo-o2-sp-bf algo.advantage=grpo $SP $BF $OV2
 runs=""; for n in $LANES; do
   [ -e "$R/$n.done" ] && runs="$runs $R/$n"; done
 python3 bench/iteration_result.py --runs $runs ${SAVE:+--save "$SAVE"} | tee "$R/iteration.jsonl"

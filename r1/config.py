@@ -310,6 +310,12 @@ class Train:
     algo.policy_loss=decoupled_ppo or algo.tis_cap > 0; run.resume is refused). 2 = the same with the rollout
     in a process of its own, so the two do not take turns on one interpreter (one a rank, no LoRA adapters
     generator: r1/rollout_process.py). 0 = the synchronous loop (r1/overlap.py)."""
+    precision: str = "autocast"
+    """RL, one device: autocast = float32 weights under bf16 autocast on a GPU (every linear casts its weight and
+    input in every forward; float32 on the CPU); bf16 = a bf16 copy of the weights runs the forward and backward,
+    its gradients summed in float32 into the float32 master weights, refreshed after each optimizer step: what
+    FSDP's mixed precision does on several GPUs, where it is used whichever is set (r1/precision.py). Not with
+    model.lora_rank > 0 (its base is bf16 already). The SFT stage keeps autocast."""
     share_prefix: bool = False
     """RL: pack each group's first prompt once per micro-batch, not once per sample: its rows run through the
     models once and every sample's attention reads them (r1/packing.py). The same logprobs, values and
@@ -375,6 +381,7 @@ CHOICES = {
     "algo.loss_agg": ["token_mean", "seq_mean_token_sum", "seq_mean_token_mean", "step_mean"],
     "algo.kl_estimator": ["k1", "k2", "k3"], "train.stage": ["rl", "sft"], "train.schedule": ["constant", "cosine"],
     "train.activation_checkpointing": ["auto", "true", "false"],
+    "train.precision": ["autocast", "bf16"],
 }
 # Names a reader brings from elsewhere for a choice key, and what to write instead.
 ALIASES = {"algo.advantage": {"ppo": "for PPO use step_gae: step-level GAE with a critic; token_gae is the "
@@ -793,6 +800,9 @@ def _validate_lora(cfg: Config, name, fail):
     if cfg.train.stage == "sft":  # an RL run's warm-up (train.sft_steps) trains every weight itself (r1/sft.py)
         raise ConfigError(f"config key {name('model.lora_rank')}: LoRA trains the RL stage only; SFT (train.stage=sft) "
                           f"trains every weight: set model.lora_rank=0 for it")
+    if cfg.train.precision == "bf16":
+        raise ConfigError(f"config key {name('train.precision')}=bf16 copies the weights in bf16, and with "
+                          f"model.lora_rank > 0 the frozen base is bf16 already: drop it (or set model.lora_rank=0)")
     for key in ("model.critic_path", "model.ref_path"):
         if get(cfg, key):
             raise ConfigError(f"config key {name(key)}: with model.lora_rank > 0 the critic and the reference "

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from r1 import distributed, lora
+from r1.precision import Compute
 from r1.algos.estimators import ESTIMATORS
 from r1.algos.losses import aggregate, entropy_bonus, kl_penalty, value_loss
 from r1.algos.policy_losses import POLICY_LOSSES, PolicyInputs
@@ -99,6 +100,15 @@ class Learner:
         self.ref = distributed.parallelize(ref, d, False) if ref is not None else None
         if cfg.model.lora_rank and cfg.algo.kl_coef > 0:
             self.ref = lora.Reference(self.policy)  # the shared base itself: no copy
+        # what runs the forward and backward: the model, or its bf16 copy (train.precision=bf16, r1/precision.py;
+        # several GPUs: FSDP's mixed precision does the same, config.validate refuses LoRA)
+        self.copies = {}
+        if cfg.train.precision == "bf16" and d.world == 1:
+            self.copies = {k: Compute(m, torch.bfloat16) for k, m in
+                           (("policy", self.policy), ("critic", self.critic), ("ref", self.ref)) if m is not None}
+        self.policy_fwd, self.critic_fwd, self.ref_fwd = (self.copies.get(k, m) for k, m in
+                                                           (("policy", self.policy), ("critic", self.critic),
+                                                            ("ref", self.ref)))
         a = cfg.algo
         total = cfg.train.steps * a.ppo_epochs * a.minibatches
         self.opt = torch.optim.AdamW(lora.trainable(self.policy), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay,
@@ -113,8 +123,9 @@ class Learner:
             self.models["critic"], self.optims["critic"], self.scheds["critic"] = self.critic, self.copt, self.csched
 
     def autocast(self):
-        """bf16 autocast on one GPU (under FSDP the mixed-precision policy casts instead)."""
-        on = self.device.type == "cuda" and self.d.world == 1
+        """bf16 autocast on one GPU (under FSDP the mixed-precision policy casts instead, and with
+        train.precision=bf16 a bf16 copy of the weights computes: r1/precision.py)."""
+        on = self.device.type == "cuda" and self.d.world == 1 and not self.copies
         return torch.autocast("cuda", dtype=torch.bfloat16, enabled=on)
 
     @torch.no_grad()
@@ -122,18 +133,20 @@ class Learner:
         """Step 2: per micro-batch, the policy's old logprobs, the reference's logprobs and the critic's
         values, from one packed forward each; then `num_fillers` filler forwards (FSDP: see packing.filler)."""
         temperature = self.cfg.rollout.temperature or 1.0
+        for c in self.copies.values():  # a checkpoint may have been loaded into the master weights
+            c.refresh()
         out = []
         for k, mb in enumerate(micro_batches + [filler(self.tok.pad_id, self.device)] * num_fillers):
             args = (mb.input_ids, mb.position_ids, mb.cu_seqlens, mb.max_seqlen)
             with self.autocast():
-                old, _ = self.policy(*args, sel=mb.sel, targets=mb.targets, temperature=temperature, kv_rows=mb.kv_rows)
+                old, _ = self.policy_fwd(*args, sel=mb.sel, targets=mb.targets, temperature=temperature, kv_rows=mb.kv_rows)
                 ref = None
                 if self.ref is not None:
-                    ref = self.ref(*args, sel=mb.sel, targets=mb.targets, temperature=temperature,
+                    ref = self.ref_fwd(*args, sel=mb.sel, targets=mb.targets, temperature=temperature,
                                    kv_rows=mb.kv_rows)[0]
                 tok_values = step_values = None
                 if self.critic is not None:
-                    values = self.critic(*args, kv_rows=mb.kv_rows).float()
+                    values = self.critic_fwd(*args, kv_rows=mb.kv_rows).float()
                     tok_values, step_values = values[mb.sel], values[mb.step_pos]
             if k < len(micro_batches):
                 out.append(Scores(old.float(), None if ref is None else ref.float(), tok_values, step_values))
@@ -230,6 +243,7 @@ class Learner:
                 loss, metrics = self.policy_objective(mb, mb_scores, targets, norms)
                 finite = finite * torch.isfinite(loss.detach())
                 loss.backward()
+                self.fold_grads("policy")
                 pending.append(({k: v.detach() if torch.is_tensor(v) else v for k, v in metrics.items()},
                                 mb.mask.sum().detach()))
                 pg_sum = pg_sum + loss.detach()
@@ -237,6 +251,7 @@ class Learner:
                 loss, metrics, weight = self.critic_objective(mb, mb_scores, targets, norms.critic)
                 finite = finite * torch.isfinite(loss.detach())
                 loss.backward()
+                self.fold_grads("critic")
                 vl_sum = vl_sum + loss.detach()
                 pending.append(({k: v.detach() if torch.is_tensor(v) else v for k, v in metrics.items()}, weight))
         for _ in range(n_fill):
@@ -256,7 +271,7 @@ class Learner:
         KL loss term; all aggregated the same way (algo.loss_agg) over the mini-batch's counts."""
         algo = self.cfg.algo
         with self.autocast():
-            logp, entropy = self.policy(mb.input_ids, mb.position_ids, mb.cu_seqlens, mb.max_seqlen, sel=mb.sel,
+            logp, entropy = self.policy_fwd(mb.input_ids, mb.position_ids, mb.cu_seqlens, mb.max_seqlen, sel=mb.sel,
                                         targets=mb.targets, temperature=self.cfg.rollout.temperature or 1.0,
                                         kv_rows=mb.kv_rows)
         logp, entropy = logp.float(), entropy.float()
@@ -279,8 +294,8 @@ class Learner:
         its last prompt token, or per sampled token); returns (loss, metrics, their weight)."""
         algo = self.cfg.algo
         with self.autocast():
-            values = self.critic(mb.input_ids, mb.position_ids, mb.cu_seqlens, mb.max_seqlen,
-                                 kv_rows=mb.kv_rows).float()
+            values = self.critic_fwd(mb.input_ids, mb.position_ids, mb.cu_seqlens, mb.max_seqlen,
+                                     kv_rows=mb.kv_rows).float()
         if ESTIMATORS[algo.advantage].target == "step":
             pred, old = values[mb.step_pos], mb_scores.step_values
             mask = torch.ones(mb.step_pos.numel(), device=self.device)
@@ -299,12 +314,14 @@ class Learner:
         args = (mb.input_ids, mb.position_ids, mb.cu_seqlens, mb.max_seqlen)
         if policy:
             with self.autocast():
-                logp, ent = self.policy(*args, sel=mb.sel, targets=mb.targets, temperature=temperature)
+                logp, ent = self.policy_fwd(*args, sel=mb.sel, targets=mb.targets, temperature=temperature)
             ((logp.float().sum() + ent.float().sum()) * 0.0).backward()
+            self.fold_grads("policy")
         if critic and self.critic is not None:
             with self.autocast():
-                v = self.critic(*args)
+                v = self.critic_fwd(*args)
             (v.float().sum() * 0.0).backward()
+            self.fold_grads("critic")
 
     def optimizer_step(self, ok: bool, stats: dict, policy: bool = True, critic: bool = True) -> bool:
         """Clip, check finiteness, step the models this mini-batch trained; a non-finite loss or gradient
@@ -330,13 +347,25 @@ class Learner:
         if policy:
             self.opt.step()
             self.sched.step()
+            self.refresh("policy")
         if critic:
             self.copt.step()
             self.csched.step()
+            self.refresh("critic")
             _accumulate(stats, {"critic_grad_norm": cgn.detach()}, 1.0)
         if policy:
             _accumulate(stats, {"grad_norm": gn.detach()}, 1.0)
         return True
+
+    def fold_grads(self, name: str):
+        """train.precision=bf16: the bf16 copy's gradients added to the master's in float32 (r1/precision.py)."""
+        if name in self.copies:
+            self.copies[name].fold_grads()
+
+    def refresh(self, name: str):
+        """train.precision=bf16: the copy's weights from the master's, after its optimizer step."""
+        if name in self.copies:
+            self.copies[name].refresh()
 
     def export(self):
         """The policy as an HF folder in run.dir/hf (every rank joins the gather; rank 0 writes); a LoRA run's

@@ -88,10 +88,11 @@ class Precision:
     flash: bool
 
 
-def precision(device_type: str, world: int) -> Precision:
+def precision(device_type: str, world: int, bf16: bool = False) -> Precision:
+    """bf16: train.precision=bf16 on one device, a bf16 copy of the weights computes (r1/precision.py)."""
     if device_type == "cuda":
-        return Precision(2, 2, False, True) if world > 1 else Precision(4, 2, True, True)
-    return Precision(4, 4, False, False)
+        return Precision(2, 2, False, True) if world > 1 or bf16 else Precision(4, 2, True, True)
+    return Precision(2, 2, False, False) if bf16 else Precision(4, 4, False, False)
 
 
 def dtype_bytes(name: str) -> int:
@@ -289,7 +290,8 @@ def estimate(cfg: Config, mc, world: int, device_type: str, capacity: int, devic
     """The plan for given choices (no picking): every part in bytes per process."""
     r = roles(cfg)
     training = cfg.train.steps > 0
-    p = precision(device_type, world)
+    copy16 = training and world == 1 and cfg.train.precision == "bf16" and not cfg.model.lora_rank
+    p = precision(device_type, world, copy16)
     g = rollout_dtype_bytes(cfg, device_type)
     cache_len = cfg.rollout.cache_len or cfg.env.max_context
     P, Pc = param_count(mc), param_count(mc, value_head=True)
@@ -329,7 +331,10 @@ def estimate(cfg: Config, mc, world: int, device_type: str, capacity: int, devic
                                                                    else "runtime")
     else:
         slots = 0
-    if device_type == "cuda" and world == 1 and training:
+    if copy16:  # r1/precision.py: every trained (and reference) model's bf16 copy, and its bf16 gradients
+        # between a backward and their sum into the master's
+        items["bf16 copies"] = 2 * (2 * P + (2 * Pc if r["critic"] else 0) + (P if r["ref"] else 0))
+    elif device_type == "cuda" and world == 1 and training:
         # autocast's bf16 copies of every float32 weight, kept for the backward of each micro-batch (LoRA's
         # base is bf16 already: only the adapters are copied)
         items["autocast copies"] = 2 * (2 * A if rank else max(P, Pc if r["critic"] else 0))

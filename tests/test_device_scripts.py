@@ -256,6 +256,43 @@ def test_share_prefix_job_runs_the_gpu_test_the_benchmarks_then_the_lanes(tmp_pa
     assert elsewhere.returncode == 2 and "run it from the repository root" in elsewhere.stdout
 
 
+def test_iteration_precision_lanes_add_the_key_and_nothing_else(tmp_path):
+    """ppo-o0-sp-bf, grpo-o0-sp-bf, ppo-o2-sp-bf, grpo-o2-sp-bf: the -sp lane's command plus train.precision=bf16;
+    grpo-o2-sp is grpo-o2 plus train.share_prefix=true (a python3 that records its arguments)."""
+    env, record = recording_python(tmp_path, '"run: $*"')
+    bases = ["ppo-o0-sp", "grpo-o0-sp", "ppo-o2-sp", "grpo-o2-sp"]
+    env.update(ONLY=" ".join(["grpo-o2"] + bases + [b + "-bf" for b in bases]), SAVE="")
+    r = subprocess.run(["bash", os.path.join(ROOT, "bench", "h200_iteration.sh"), "m", str(tmp_path / "res")],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    runs = {c.split("run.dir=")[1].split()[0].rsplit("/", 1)[1]: c for c in record.read_text().splitlines()
+            if " train.py " in c}
+    assert sorted(runs) == sorted(["grpo-o2"] + bases + [b + "-bf" for b in bases])
+    pairs = [(b, b + "-bf", "train.precision=bf16") for b in bases] + [("grpo-o2", "grpo-o2-sp",
+                                                                           "train.share_prefix=true")]
+    for base, lane, key in pairs:
+        plain, more = runs[base].split(), runs[lane].split()
+        assert key in more and key not in plain
+        more.remove(key)
+        assert sorted(w.replace(lane, base) for w in more) == sorted(plain), lane
+
+
+def test_precision_job_runs_the_gpu_test_then_the_lanes(tmp_path):
+    """bench/h200_precision.sh: the GPU test, then h200_iteration.sh's SFT and its eight lanes (sharing, with and
+    without the bf16 copy), saved to a file of its own (a python3 that records its arguments)."""
+    env, record = recording_python(tmp_path, '"run: $*"')
+    script = os.path.join(ROOT, "bench", "h200_precision.sh")
+    r = subprocess.run(["bash", script, "m.gguf", str(tmp_path / "res")], capture_output=True, text=True,
+                       timeout=120, cwd=ROOT, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    calls = [c for c in record.read_text().splitlines() if c.startswith("run: ") and " -c " not in c]
+    assert calls[0] == "run: -m pytest -q -m gpu tests/test_precision.py"
+    runs = [c.split("run.dir=")[1].split()[0].rsplit("/", 1)[1] for c in calls if " train.py " in c]
+    assert runs == ["sft", "ppo-o0-sp", "grpo-o0-sp", "ppo-o2-sp", "ppo-o0-sp-bf", "grpo-o0-sp-bf", "ppo-o2-sp-bf",
+                    "grpo-o2-sp", "grpo-o2-sp-bf"]
+    assert "--save bench/results/iteration_precision_h200.json" in calls[-1]
+
+
 def test_a_job_whose_phases_failed_says_which_and_exits_non_zero(tmp_path):
     """Every lane failed (a wrong model path, in a user's walk) and the job said ALL DONE with rc 0. Now the
     failed phases come before ALL DONE (which bench/h200_wait.sh still finds) and the job exits 1."""
