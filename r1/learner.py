@@ -15,6 +15,8 @@ policy loss is the r1/algos/policy_losses.POLICY_LOSSES entry; a
 non-finite loss or gradient on any rank skips the step on every rank.
 With model.lora_rank > 0 (r1/lora.py) the optimizers hold the adapters and
 the value head only, and the reference is the policy with adapters off.
+With train.precision=bf16 a bf16 copy of each model (r1/precision.py) runs
+its forwards and backwards, and the optimizers step the float32 masters.
 """
 from __future__ import annotations
 
@@ -25,7 +27,6 @@ from dataclasses import dataclass
 import torch
 
 from r1 import distributed, lora
-from r1.precision import Compute
 from r1.algos.estimators import ESTIMATORS
 from r1.algos.losses import aggregate, entropy_bonus, kl_penalty, value_loss
 from r1.algos.policy_losses import POLICY_LOSSES, PolicyInputs
@@ -33,6 +34,7 @@ from r1.config import Config
 from r1.credit import Credit
 from r1.model import Transformer
 from r1.packing import Plan, filler
+from r1.precision import Compute
 from r1.run import build_model, lr_lambda
 
 
@@ -139,11 +141,12 @@ class Learner:
         for k, mb in enumerate(micro_batches + [filler(self.tok.pad_id, self.device)] * num_fillers):
             args = (mb.input_ids, mb.position_ids, mb.cu_seqlens, mb.max_seqlen)
             with self.autocast():
-                old, _ = self.policy_fwd(*args, sel=mb.sel, targets=mb.targets, temperature=temperature, kv_rows=mb.kv_rows)
+                old, _ = self.policy_fwd(*args, sel=mb.sel, targets=mb.targets, temperature=temperature,
+                                         kv_rows=mb.kv_rows)
                 ref = None
                 if self.ref is not None:
                     ref = self.ref_fwd(*args, sel=mb.sel, targets=mb.targets, temperature=temperature,
-                                   kv_rows=mb.kv_rows)[0]
+                                       kv_rows=mb.kv_rows)[0]
                 tok_values = step_values = None
                 if self.critic is not None:
                     values = self.critic_fwd(*args, kv_rows=mb.kv_rows).float()
@@ -271,9 +274,9 @@ class Learner:
         KL loss term; all aggregated the same way (algo.loss_agg) over the mini-batch's counts."""
         algo = self.cfg.algo
         with self.autocast():
-            logp, entropy = self.policy_fwd(mb.input_ids, mb.position_ids, mb.cu_seqlens, mb.max_seqlen, sel=mb.sel,
-                                        targets=mb.targets, temperature=self.cfg.rollout.temperature or 1.0,
-                                        kv_rows=mb.kv_rows)
+            logp, entropy = self.policy_fwd(mb.input_ids, mb.position_ids, mb.cu_seqlens, mb.max_seqlen,
+                                            sel=mb.sel, targets=mb.targets,
+                                            temperature=self.cfg.rollout.temperature or 1.0, kv_rows=mb.kv_rows)
         logp, entropy = logp.float(), entropy.float()
         agg_seg = mb.tok_step if algo.loss_agg == "step_mean" else mb.tok_traj
         inputs = PolicyInputs(logp, mb_scores.old_logp, targets.advantages, mb.mask, targets.sampler_logp,
