@@ -655,7 +655,11 @@ def load_config(path: str | list | None = None, overrides: list[str] = ()) -> Co
     """Defaults <- YAML file(s), later files winning (a base config, then an ablation) <- key=value overrides,
     each checked, then validate()."""
     cfg, origin = Config(), {}
-    for path in ([path] if isinstance(path, str) else list(path or [])):
+    paths = [path] if isinstance(path, str) else list(path or [])
+    if paths and os.path.basename(os.path.dirname(os.path.abspath(paths[0]))) == "ablations":
+        raise ConfigError(f"{paths[0]} is an ablation: it switches a few keys of a recipe and is meant as the later "
+                          f"file, e.g. --config configs/gsm8k_tool.yaml --config {paths[0]}")
+    for path in paths:
         data, lines = read_yaml(path)
         for key, value, where in _flatten(data, path, lines):
             _set(cfg, key, value, where)

@@ -252,3 +252,10 @@ def test_mistyped_environment_switch_is_a_config_error(monkeypatch, name, value)
         load_config(None, [])
     monkeypatch.setenv(name, "1")
     load_config(None, [])
+
+
+def test_an_ablation_alone_is_refused_with_the_command_that_layers_it():
+    alone = os.path.join("configs", "ablations", "fast.yaml")
+    message = error(alone)
+    assert message.startswith(f"{alone} is an ablation") and "--config configs/gsm8k_tool.yaml --config" in message
+    load_config([os.path.join(ROOT, "configs", "gsm8k_tool.yaml"), os.path.join(ROOT, alone)])  # layered: fine
