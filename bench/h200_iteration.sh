@@ -11,7 +11,10 @@
 # process under train.share_prefix=true (ppo-o0-sp, grpo-o0-sp, ppo-o2-sp: each group's prompt packed once per
 # micro-batch, r1/packing.py), then with sharing and train.precision=bf16 (a bf16 copy of the weights computes, no
 # autocast: r1/precision.py): ppo-o0-sp-bf, grpo-o0-sp-bf, ppo-o2-sp-bf, and GRPO with the process, sharing, with and
-# without the copy (grpo-o2-sp, grpo-o2-sp-bf). Runs one after another, the GPU to itself; phases are resumable.
+# without the copy (grpo-o2-sp, grpo-o2-sp-bf), then one mini-batch an iteration (algo.minibatches=1), where scoring
+# leaves the policy's old logprobs to the update's own forward (train.score_policy=auto, r1/learner.py): GRPO
+# synchronous with and without that (grpo-o0-sp-bf-mb1, grpo-o0-sp-bf-mb1-scored), GRPO and PPO with the process
+# (grpo-o2-sp-bf-mb1, ppo-o2-sp-bf-mb1). Runs one after another, the GPU to itself; phases are resumable.
 #   bench/h200_iteration.sh MODEL RESULTS_DIR   (MODEL: an SFT hf/ folder or the GGUF; results to
 #                                                 bench/results/iteration_h200.json unless SAVE is set)
 #   env: STEPS (default 12), EXTRA (overrides for every run: CPU dry runs), SAVE ('' = do not save),
@@ -27,7 +30,7 @@
 #   (in the background, then calls of `bench/h200_wait.sh RESULTS_DIR . $OUT`; with an SFT first, about 700 s)
 set -u
 [ $# -eq 2 ] || { echo "usage: bench/h200_iteration.sh MODEL RESULTS_DIR (see the comment at its top)"; exit 2; }
-LANES="ppo-o0 ppo-o1 grpo-o0 grpo-o1 ppo-o2 grpo-o2 ppo-o1-sw200 ppo-mt4096-frac015 ppo-mt4096 ppo-o0-ft ppo-o2-ft ppo-o0-sp grpo-o0-sp ppo-o2-sp ppo-o0-sp-bf grpo-o0-sp-bf ppo-o2-sp-bf grpo-o2-sp grpo-o2-sp-bf"
+LANES="ppo-o0 ppo-o1 grpo-o0 grpo-o1 ppo-o2 grpo-o2 ppo-o1-sw200 ppo-mt4096-frac015 ppo-mt4096 ppo-o0-ft ppo-o2-ft ppo-o0-sp grpo-o0-sp ppo-o2-sp ppo-o0-sp-bf grpo-o0-sp-bf ppo-o2-sp-bf grpo-o2-sp grpo-o2-sp-bf grpo-o0-sp-bf-mb1 grpo-o0-sp-bf-mb1-scored grpo-o2-sp-bf-mb1 ppo-o2-sp-bf-mb1"
 if [ -n "${ONLY:-}" ]; then
   for n in $ONLY; do case " $LANES " in *" $n "*) ;; *) echo "bench/h200_iteration.sh: ONLY names $n, not a lane ($LANES)"; exit 2 ;; esac; done
   SKIP="${SKIP:-}"; for n in $LANES; do case " $ONLY " in *" $n "*) ;; *) SKIP="$SKIP $n" ;; esac; done; export SKIP
@@ -70,6 +73,11 @@ run grpo-o0-sp-bf algo.advantage=grpo $SP $BF
 run ppo-o2-sp-bf $SP $BF $OV2
 run grpo-o2-sp algo.advantage=grpo $SP $OV2
 run grpo-o2-sp-bf algo.advantage=grpo $SP $BF $OV2
+MB1="algo.minibatches=1"  # one optimizer step an iteration: no policy forward in scoring (train.score_policy=auto)
+run grpo-o0-sp-bf-mb1 algo.advantage=grpo $SP $BF $MB1
+run grpo-o0-sp-bf-mb1-scored algo.advantage=grpo $SP $BF $MB1 train.score_policy=always
+run grpo-o2-sp-bf-mb1 algo.advantage=grpo $SP $BF $OV2 $MB1
+run ppo-o2-sp-bf-mb1 $SP $BF $OV2 $MB1
 runs=""; for n in $LANES; do
   [ -e "$R/$n.done" ] && runs="$runs $R/$n"; done
 python3 bench/iteration_result.py --runs $runs ${SAVE:+--save "$SAVE"} | tee "$R/iteration.jsonl"

@@ -316,6 +316,11 @@ class Train:
     its gradients summed in float32 into the float32 master weights, refreshed after each optimizer step: what
     FSDP's mixed precision does on several GPUs, where it is used whichever is set (r1/precision.py). Not with
     model.lora_rank > 0 (its base is bf16 already). The SFT stage keeps autocast."""
+    score_policy: str = "auto"
+    """RL: auto = scoring skips the policy's forward when the update's own gives the same old logprobs (one
+    epoch of one mini-batch, algo.ppo_epochs=1 and algo.minibatches=1, no reference model, the policy trained this
+    iteration): the update's forward runs on the weights scoring would, so the ratio is exactly 1 and the
+    sampler-trainer gap is logged from it (r1/learner.py). always = score it anyway (the reference path)."""
     share_prefix: bool = False
     """RL: pack each group's first prompt once per micro-batch, not once per sample: its rows run through the
     models once and every sample's attention reads them (r1/packing.py). The same logprobs, values and
@@ -382,6 +387,7 @@ CHOICES = {
     "algo.kl_estimator": ["k1", "k2", "k3"], "train.stage": ["rl", "sft"], "train.schedule": ["constant", "cosine"],
     "train.activation_checkpointing": ["auto", "true", "false"],
     "train.precision": ["autocast", "bf16"],
+    "train.score_policy": ["auto", "always"],
 }
 # Names a reader brings from elsewhere for a choice key, and what to write instead.
 ALIASES = {"algo.advantage": {"ppo": "for PPO use step_gae: step-level GAE with a critic; token_gae is the "

@@ -130,17 +130,21 @@ def credit_inputs(trajs: list, plan: Plan, scores: list, step_reward: torch.Tens
         step_index=torch.tensor([si for _, si in steps], dtype=torch.long),
         tok_step=_cat([mb.tok_step for mb in mbs]), tok_traj=_cat([mb.tok_traj for mb in mbs]),
         mask=_cat([mb.mask for mb in mbs], torch.float32),
-        old_logp=_cat([s.old_logp for s in scores], torch.float32),
+        old_logp=(None if any(s.old_logp is None for s in scores)
+                  else _cat([s.old_logp for s in scores], torch.float32)),
         ref_logp=_cat([s.ref_logp for s in scores], torch.float32) if algo.kl_coef > 0 else None,
         step_value=step_value, tok_value=tok_value, all_sum=lambda x: distributed.all_sum(x, d).cpu())
 
 
 def score_metrics(batch: CreditInputs, credit: Credit, sampler_logp: torch.Tensor, d) -> dict:
-    """Sampler-trainer logprob gap and KL to the reference over the global batch (every rank joins)."""
-    gap = (batch.old_logp - sampler_logp).abs()[batch.mask.bool()]
-    g = distributed.all_sum(torch.tensor([float(gap.sum()), gap.numel()]), d)
-    out = {"logprob_gap_mean": float(g[0] / g[1].clamp(min=1)),
-           "logprob_gap_max": distributed.all_max(float(gap.max()) if gap.numel() else 0.0, d)}
+    """Sampler-trainer logprob gap and KL to the reference over the global batch (every rank joins). Without
+    old logprobs (the learner's reuses_logprobs) the update logs the gap from its own forward."""
+    out = {}
+    if batch.old_logp is not None:
+        gap = (batch.old_logp - sampler_logp).abs()[batch.mask.bool()]
+        g = distributed.all_sum(torch.tensor([float(gap.sum()), gap.numel()]), d)
+        out = {"logprob_gap_mean": float(g[0] / g[1].clamp(min=1)),
+               "logprob_gap_max": distributed.all_max(float(gap.max()) if gap.numel() else 0.0, d)}
     if credit.kl is not None:
         kl = distributed.all_sum(torch.tensor([float(credit.kl.sum()), float(batch.mask.sum())]), d)
         out["kl_ref"] = float(kl[0] / kl[1].clamp(min=1))

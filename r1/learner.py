@@ -105,6 +105,7 @@ class Learner:
         # what runs the forward and backward: the model, or its bf16 copy (train.precision=bf16, r1/precision.py;
         # several GPUs: FSDP's mixed precision does the same, config.validate refuses LoRA)
         self.copies = {}
+        self.gap_max = None  # the sampler gap's max over an update that scored no old logprobs (policy_objective)
         if cfg.train.precision == "bf16" and d.world == 1:
             self.copies = {k: Compute(m, torch.bfloat16) for k, m in
                            (("policy", self.policy), ("critic", self.critic), ("ref", self.ref)) if m is not None}
@@ -130,10 +131,22 @@ class Learner:
         on = self.device.type == "cuda" and self.d.world == 1 and not self.copies
         return torch.autocast("cuda", dtype=torch.bfloat16, enabled=on)
 
+    def reuses_logprobs(self, it: int) -> bool:
+        """Whether iteration `it` can skip the policy's scoring forward (train.score_policy=auto): with one epoch
+        of one mini-batch the update's forward runs on the weights scoring would, so its logprobs, detached,
+        are the old ones (ratio exactly 1; decoupled PPO's proximal policy too); not with a reference model
+        (its KL, in the reward or logged, is taken against the old logprobs before credit), nor while the
+        critic warms up (the policy does not run then, and the sampler gap is read from its forward)."""
+        a = self.cfg.algo
+        warming = self.critic is not None and it < a.critic_warmup
+        return (self.cfg.train.score_policy == "auto" and a.ppo_epochs == 1 and a.minibatches == 1
+                and self.ref is None and not warming)
+
     @torch.no_grad()
-    def score(self, micro_batches: list, num_fillers: int = 0) -> list:
-        """Step 2: per micro-batch, the policy's old logprobs, the reference's logprobs and the critic's
-        values, from one packed forward each; then `num_fillers` filler forwards (FSDP: see packing.filler)."""
+    def score(self, micro_batches: list, num_fillers: int = 0, policy: bool = True) -> list:
+        """Step 2: per micro-batch, the policy's old logprobs (policy=False: none, see reuses_logprobs), the
+        reference's logprobs and the critic's values, from one packed forward each; then `num_fillers` filler
+        forwards (FSDP: see packing.filler)."""
         temperature = self.cfg.rollout.temperature or 1.0
         for c in self.copies.values():  # a checkpoint may have been loaded into the master weights
             c.refresh()
@@ -141,8 +154,10 @@ class Learner:
         for k, mb in enumerate(micro_batches + [filler(self.tok.pad_id, self.device)] * num_fillers):
             args = (mb.input_ids, mb.position_ids, mb.cu_seqlens, mb.max_seqlen)
             with self.autocast():
-                old, _ = self.policy_fwd(*args, sel=mb.sel, targets=mb.targets, temperature=temperature,
-                                         kv_rows=mb.kv_rows)
+                old = None
+                if policy:
+                    old = self.policy_fwd(*args, sel=mb.sel, targets=mb.targets, temperature=temperature,
+                                          kv_rows=mb.kv_rows)[0]
                 ref = None
                 if self.ref is not None:
                     ref = self.ref_fwd(*args, sel=mb.sel, targets=mb.targets, temperature=temperature,
@@ -152,7 +167,8 @@ class Learner:
                     values = self.critic_fwd(*args, kv_rows=mb.kv_rows).float()
                     tok_values, step_values = values[mb.sel], values[mb.step_pos]
             if k < len(micro_batches):
-                out.append(Scores(old.float(), None if ref is None else ref.float(), tok_values, step_values))
+                out.append(Scores(None if old is None else old.float(), None if ref is None else ref.float(),
+                                  tok_values, step_values))
         return out
 
     def update(self, plan: Plan, fillers: list, scores: list, credit: Credit, sampler_logp, it: int) -> dict:
@@ -165,6 +181,7 @@ class Learner:
         work = self.micro_batch_work(plan, scores, credit, sampler_logp)
         norms = [self.minibatch_norms(mini, plan) for mini in work]  # counts: the same every epoch
         stats, skipped = {}, 0
+        self.gap_max = None  # policy_objective: the sampler gap when scoring left the old logprobs to the update
         for epoch in range(max(policy_epochs, critic_epochs)):
             for mini, n_fill, norm in zip(work, fillers, norms):
                 step_stats = self.train_minibatch(mini, n_fill, plan, epoch < policy_epochs, epoch < critic_epochs,
@@ -178,6 +195,9 @@ class Learner:
         if "ev_t" in out:
             out["explained_variance"] = _explained_variance(*(out.pop(k) for k in ("ev_t", "ev_t2", "ev_r", "ev_r2")))
         out["skipped_updates"] = float(skipped)
+        if self.reuses_logprobs(it) and all(s.old_logp is None for s in scores):  # every rank alike (a rank with
+            # no micro-batch too): the sampler gap's max, from the update's forwards
+            out["logprob_gap_max"] = distributed.all_max(0.0 if self.gap_max is None else float(self.gap_max), self.d)
         return out
 
     def micro_batch_work(self, plan: Plan, scores: list, credit: Credit, sampler_logp) -> list:
@@ -278,10 +298,18 @@ class Learner:
                                             sel=mb.sel, targets=mb.targets,
                                             temperature=self.cfg.rollout.temperature or 1.0, kv_rows=mb.kv_rows)
         logp, entropy = logp.float(), entropy.float()
+        old_logp, metrics = mb_scores.old_logp, {}
+        if old_logp is None:  # scoring skipped it (reuses_logprobs): this forward's, on the same weights
+            old_logp = logp.detach()
+            gap = torch.where(mb.mask.bool(), (old_logp - targets.sampler_logp).abs(), 0.0)
+            metrics["logprob_gap_mean"] = gap.sum() / mb.mask.sum().clamp(min=1)
+            if gap.numel():
+                self.gap_max = gap.max() if self.gap_max is None else torch.maximum(self.gap_max, gap.max())
         agg_seg = mb.tok_step if algo.loss_agg == "step_mean" else mb.tok_traj
-        inputs = PolicyInputs(logp, mb_scores.old_logp, targets.advantages, mb.mask, targets.sampler_logp,
+        inputs = PolicyInputs(logp, old_logp, targets.advantages, mb.mask, targets.sampler_logp,
                               ratio_seg=mb.tok_step, agg_seg=agg_seg, seg_sizes=norms.seg_sizes)
-        loss, metrics = POLICY_LOSSES[algo.policy_loss].fn(inputs, algo, norms.policy)
+        loss, loss_metrics = POLICY_LOSSES[algo.policy_loss].fn(inputs, algo, norms.policy)
+        metrics.update(loss_metrics)
         if algo.entropy_coef:
             loss = loss - algo.entropy_coef * entropy_bonus(entropy, mb.mask, agg_seg, algo.loss_agg, norms.policy,
                                                             seg_sizes=norms.seg_sizes)
@@ -391,7 +419,7 @@ class Learner:
 @dataclass
 class Scores:
     """One micro-batch's step-2 results (no gradient)."""
-    old_logp: torch.Tensor  # [M] the policy's logprobs of the sampled tokens
+    old_logp: torch.Tensor | None  # [M] the policy's logprobs of the sampled tokens (None: the update's own)
     ref_logp: torch.Tensor | None  # [M] the reference's (kl_coef > 0)
     tok_values: torch.Tensor | None  # [M] critic values at the positions predicting sampled tokens
     step_values: torch.Tensor | None  # [K] critic values at each step's last prompt token

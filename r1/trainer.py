@@ -244,7 +244,7 @@ class Trainer:
                                 self.cfg.train.share_prefix)
             # FSDP: every rank runs as many micro-batches per mini-batch as the busiest rank (fillers)
             fillers = [int(distributed.all_max(len(mini), d)) - len(mini) for mini in plan.minibatches]
-            scores = self.learner.score(plan.micro_batches, sum(fillers))
+            scores = self.learner.score(plan.micro_batches, sum(fillers), not self.learner.reuses_logprobs(it))
             rewards = normalized_rewards(step_rewards(trajs), self.reward_moments, algo.normalize_reward, d)
             batch = credit_inputs(trajs, plan, scores, rewards, algo, d)
             credit = compute_credit(batch, algo)

@@ -258,18 +258,23 @@ def test_share_prefix_job_runs_the_gpu_test_the_benchmarks_then_the_lanes(tmp_pa
 
 def test_iteration_precision_lanes_add_the_key_and_nothing_else(tmp_path):
     """ppo-o0-sp-bf, grpo-o0-sp-bf, ppo-o2-sp-bf, grpo-o2-sp-bf: the -sp lane's command plus train.precision=bf16;
-    grpo-o2-sp is grpo-o2 plus train.share_prefix=true (a python3 that records its arguments)."""
+    grpo-o2-sp is grpo-o2 plus train.share_prefix=true; each -mb1 lane its -bf lane plus algo.minibatches=1, and
+    -mb1-scored that plus train.score_policy=always (a python3 that records its arguments)."""
     env, record = recording_python(tmp_path, '"run: $*"')
     bases = ["ppo-o0-sp", "grpo-o0-sp", "ppo-o2-sp", "grpo-o2-sp"]
-    env.update(ONLY=" ".join(["grpo-o2"] + bases + [b + "-bf" for b in bases]), SAVE="")
+    mb1 = [("grpo-o0-sp-bf", "grpo-o0-sp-bf-mb1", "algo.minibatches=1"),
+           ("grpo-o0-sp-bf-mb1", "grpo-o0-sp-bf-mb1-scored", "train.score_policy=always"),
+           ("grpo-o2-sp-bf", "grpo-o2-sp-bf-mb1", "algo.minibatches=1"),
+           ("ppo-o2-sp-bf", "ppo-o2-sp-bf-mb1", "algo.minibatches=1")]
+    env.update(ONLY=" ".join(["grpo-o2"] + bases + [b + "-bf" for b in bases] + [m[1] for m in mb1]), SAVE="")
     r = subprocess.run(["bash", os.path.join(ROOT, "bench", "h200_iteration.sh"), "m", str(tmp_path / "res")],
                        capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     runs = {c.split("run.dir=")[1].split()[0].rsplit("/", 1)[1]: c for c in record.read_text().splitlines()
             if " train.py " in c}
-    assert sorted(runs) == sorted(["grpo-o2"] + bases + [b + "-bf" for b in bases])
+    assert sorted(runs) == sorted(["grpo-o2"] + bases + [b + "-bf" for b in bases] + [m[1] for m in mb1])
     pairs = [(b, b + "-bf", "train.precision=bf16") for b in bases] + [("grpo-o2", "grpo-o2-sp",
-                                                                           "train.share_prefix=true")]
+                                                                           "train.share_prefix=true")] + mb1
     for base, lane, key in pairs:
         plain, more = runs[base].split(), runs[lane].split()
         assert key in more and key not in plain
@@ -278,8 +283,9 @@ def test_iteration_precision_lanes_add_the_key_and_nothing_else(tmp_path):
 
 
 def test_precision_job_runs_the_gpu_test_then_the_lanes(tmp_path):
-    """bench/h200_precision.sh: the GPU test, then h200_iteration.sh's SFT and its eight lanes (sharing, with and
-    without the bf16 copy), saved to a file of its own (a python3 that records its arguments)."""
+    """bench/h200_precision.sh: the GPU test, then h200_iteration.sh's SFT and its eight lanes (sharing and the
+    process, with and without the bf16 copy; one mini-batch, scored or not), saved to a file of its own (a
+    python3 that records its arguments)."""
     env, record = recording_python(tmp_path, '"run: $*"')
     script = os.path.join(ROOT, "bench", "h200_precision.sh")
     r = subprocess.run(["bash", script, "m.gguf", str(tmp_path / "res")], capture_output=True, text=True,
@@ -288,8 +294,8 @@ def test_precision_job_runs_the_gpu_test_then_the_lanes(tmp_path):
     calls = [c for c in record.read_text().splitlines() if c.startswith("run: ") and " -c " not in c]
     assert calls[0] == "run: -m pytest -q -m gpu tests/test_precision.py"
     runs = [c.split("run.dir=")[1].split()[0].rsplit("/", 1)[1] for c in calls if " train.py " in c]
-    assert runs == ["sft", "ppo-o0-sp", "grpo-o0-sp", "ppo-o2-sp", "ppo-o0-sp-bf", "grpo-o0-sp-bf", "ppo-o2-sp-bf",
-                    "grpo-o2-sp", "grpo-o2-sp-bf"]
+    assert runs == ["sft", "ppo-o2-sp", "ppo-o2-sp-bf", "grpo-o2-sp", "grpo-o2-sp-bf", "grpo-o0-sp-bf-mb1",
+                    "grpo-o0-sp-bf-mb1-scored", "grpo-o2-sp-bf-mb1", "ppo-o2-sp-bf-mb1"]
     assert "--save bench/results/iteration_precision_h200.json" in calls[-1]
 
 

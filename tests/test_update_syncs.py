@@ -23,8 +23,9 @@ def counted(fn):
     return out, collections.Counter(e.name for e in p.events())
 
 
-@pytest.mark.parametrize("advantage", ["step_gae", "token_gae"])
-def test_host_reads_per_micro_batch(tmp_path, advantage):
+@pytest.mark.parametrize("advantage, reuse", [("step_gae", False), ("token_gae", False), ("step_gae", True)])
+def test_host_reads_per_micro_batch(tmp_path, advantage, reuse):
+    """reuse: scoring leaves the old logprobs to the update (train.score_policy=auto), which logs the gap."""
     cfg = load_config(SMOKE, [f"run.dir={tmp_path / 'run'}", *TINY, f"algo.advantage={advantage}", "algo.kl_coef=0",
                               "algo.minibatches=1", "log.tensorboard=false", "log.trajectories=false"])
     tr = Trainer(cfg)
@@ -35,7 +36,7 @@ def test_host_reads_per_micro_batch(tmp_path, advantage):
         for k, m in tr.learner.models.items():
             m.load_state_dict(state[k])
         plan = packing.plan(trajs, 1, micro_tokens, tr.device)
-        scores, ev_score = counted(lambda: tr.learner.score(plan.micro_batches))
+        scores, ev_score = counted(lambda: tr.learner.score(plan.micro_batches, 0, not reuse))
         batch = credit_inputs(trajs, plan, scores, step_rewards(trajs), cfg.algo, tr.d)
         credit = compute(batch, cfg.algo)
         logp = sampler_logprobs(trajs, batch.tok_step)

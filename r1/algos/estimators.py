@@ -48,7 +48,7 @@ class CreditInputs:
     tok_step: torch.Tensor  # [M] long, step of each token (0..K-1)
     tok_traj: torch.Tensor  # [M] long, trajectory of each token
     mask: torch.Tensor  # [M] 1 = trained on
-    old_logp: torch.Tensor  # [M] the policy's logprobs when scored
+    old_logp: torch.Tensor | None  # [M] the policy's logprobs when scored (None: not scored, no reference)
     ref_logp: torch.Tensor | None = None  # [M] the reference's logprobs (kl_coef > 0)
     step_value: torch.Tensor | None = None  # [K] critic value at each step's last prompt token
     tok_value: torch.Tensor | None = None  # [M] critic value before each sampled token

@@ -1,0 +1,130 @@
+"""train.score_policy=auto: scoring skips the policy's forward when the update's own gives the old logprobs.
+
+With one epoch of one mini-batch, the update's forward runs on the weights
+scoring would, so the old logprobs it needs are its own, detached (ratio 1).
+What must hold, on a float64 model: the same gradients, parameters and
+metrics as scoring them (always), for each policy loss; the sampler gap still
+logged, now from the update's forward; the scoring pass runs no policy forward;
+and nothing is skipped where it is not exact (several mini-batches or epochs,
+a reference model, the critic's warm-up, score_policy=always).
+"""
+import pytest
+import torch
+
+from r1 import packing
+from r1.config import load_config
+from r1.credit import compute, credit_inputs, sampler_logprobs, score_metrics, step_rewards
+from r1.trainer import Trainer
+from test_trainer import SMOKE, TINY
+
+
+@pytest.fixture(scope="module")
+def trainer(tmp_path_factory):
+    run = tmp_path_factory.mktemp("score_policy") / "run"
+    cfg = load_config(SMOKE, [f"run.dir={run}", *TINY, "rollout.n=3", "algo.minibatches=1", "algo.kl_coef=0",
+                              "train.micro_tokens=64", "log.tensorboard=false", "log.trajectories=false"])
+    return Trainer(cfg)
+
+
+def one_update(tr, trajs, state, reuse: bool):
+    """score (the policy's forwards counted), credit and update of `trajs` from `state`; returns
+    (policy forwards in scoring, metrics, gradients, parameters after)."""
+    L = tr.learner
+    for k, m in L.models.items():
+        m.load_state_dict(state[k])
+    for opt in L.optims.values():
+        opt.state.clear()
+    plan = packing.plan(trajs, 1, tr.cfg.train.micro_tokens, tr.device)
+    calls = []
+    hook = L.policy.register_forward_hook(lambda *a: calls.append(1))
+    try:
+        scores = L.score(plan.micro_batches, 0, policy=not reuse)
+    finally:
+        hook.remove()
+    batch = credit_inputs(trajs, plan, scores, step_rewards(trajs), tr.cfg.algo, tr.d)
+    credit = compute(batch, tr.cfg.algo)
+    sampler = sampler_logprobs(trajs, batch.tok_step)
+    metrics = score_metrics(batch, credit, sampler, tr.d)
+    metrics.update(L.update(plan, [0], scores, credit, sampler, 5))
+    grads = {f"{k}.{n}": p.grad.clone() for k, m in L.models.items() for n, p in m.named_parameters()
+             if p.grad is not None}
+    after = {f"{k}.{n}": v.clone() for k, m in L.models.items() for n, v in m.state_dict().items()}
+    return len(calls), len(plan.micro_batches), metrics, grads, after
+
+
+@pytest.mark.parametrize("loss", ["ppo", "decoupled_ppo", "cispo"])
+def test_the_updates_own_logprobs_give_the_scored_update(trainer, loss):
+    tr = trainer
+    tr.cfg.algo.policy_loss = loss
+    assert tr.learner.ref is None and tr.learner.reuses_logprobs(5)
+    trajs = tr.rollout(0)
+    for m in tr.learner.models.values():
+        m.double()
+    try:
+        state = {k: {n: v.clone() for n, v in m.state_dict().items()} for k, m in tr.learner.models.items()}
+        calls_s, n_mb, scored, g_s, after_s = one_update(tr, trajs, state, reuse=False)
+        calls_r, _, reused, g_r, after_r = one_update(tr, trajs, state, reuse=True)
+    finally:
+        for k, m in tr.learner.models.items():
+            m.float()
+            m.load_state_dict(state[k])
+        for opt in tr.learner.optims.values():
+            opt.state.clear()  # its float64 moments
+        tr.cfg.algo.policy_loss = "ppo"
+    assert n_mb > 1 and calls_s == n_mb and calls_r == 0  # several micro-batches; none scored by the policy
+    assert g_s.keys() == g_r.keys() and any(n.startswith("policy.") for n in g_s)
+    for n, g in g_s.items():  # the losses take logprobs in float32 (.float()): a 1e-15 difference of the two
+        # forwards can round to the next float32, 1e-7 of that token's term
+        assert torch.allclose(g, g_r[n], rtol=0, atol=1e-6 * g.abs().max().item()), n
+    for n, v in after_s.items():  # AdamW's first step: lr * g / (|g| + eps), see test_share_prefix
+        assert torch.allclose(v, after_r[n], rtol=0, atol=1e-4 * tr.cfg.train.lr), n
+    for k in ("pg_loss", "value_loss", "entropy", "grad_norm", "critic_grad_norm", "logprob_gap_mean",
+              "logprob_gap_max"):
+        assert reused[k] == pytest.approx(scored[k], rel=1e-6, abs=1e-12), k
+    assert scored["logprob_gap_max"] > 0 and scored["logprob_gap_max"] >= scored["logprob_gap_mean"]
+
+
+def test_the_iteration_skips_it_and_still_logs_the_gap(trainer):
+    L, calls = trainer.learner, []
+    real_score = L.score
+
+    def score(*args, **kwargs):  # the policy's forwards while scoring
+        hook = L.policy.register_forward_hook(lambda *a: calls.append(1))
+        try:
+            return real_score(*args, **kwargs)
+        finally:
+            hook.remove()
+
+    L.score = score
+    try:
+        out = trainer.iteration(1)
+    finally:
+        del L.score
+    assert calls == [] and out["skipped_updates"] == 0
+    assert out["logprob_gap_max"] >= out["logprob_gap_mean"] >= 0
+
+
+@pytest.mark.parametrize("change", [{"minibatches": 2}, {"ppo_epochs": 2}, {"critic_warmup": 3},
+                                    {"score_policy": "always"}, {"ref": True}])
+def test_not_skipped_where_it_is_not_exact(trainer, change):
+    L, a = trainer.learner, trainer.cfg.algo
+    saved = (a.minibatches, a.ppo_epochs, a.critic_warmup, trainer.cfg.train.score_policy, L.ref)
+    try:
+        a.minibatches = change.get("minibatches", 1)
+        a.ppo_epochs = change.get("ppo_epochs", 1)
+        a.critic_warmup = change.get("critic_warmup", 0)
+        trainer.cfg.train.score_policy = change.get("score_policy", "auto")
+        L.ref = L.policy if change.get("ref") else None
+        assert not L.reuses_logprobs(2)
+        if "critic_warmup" in change:
+            assert L.reuses_logprobs(3)  # the warm-up is over at iteration 3
+    finally:
+        a.minibatches, a.ppo_epochs, a.critic_warmup, trainer.cfg.train.score_policy, L.ref = saved
+    assert L.reuses_logprobs(2)
+
+
+def test_the_config_names_its_choices(tmp_path):
+    from r1.config import ConfigError
+
+    with pytest.raises(ConfigError, match="train.score_policy"):
+        load_config(SMOKE, [f"run.dir={tmp_path}", "train.score_policy=never"])
