@@ -136,11 +136,12 @@ def credit_inputs(trajs: list, plan: Plan, scores: list, step_reward: torch.Tens
         step_value=step_value, tok_value=tok_value, all_sum=lambda x: distributed.all_sum(x, d).cpu())
 
 
-def score_metrics(batch: CreditInputs, credit: Credit, sampler_logp: torch.Tensor, d) -> dict:
-    """Sampler-trainer logprob gap and KL to the reference over the global batch (every rank joins). Without
-    old logprobs (the learner's reuses_logprobs) the update logs the gap from its own forward."""
+def score_metrics(batch: CreditInputs, credit: Credit, sampler_logp: torch.Tensor, d, gap: bool = True) -> dict:
+    """Sampler-trainer logprob gap and KL to the reference over the global batch (every rank joins). gap=False:
+    scoring left the old logprobs to the update (the learner's reuses_logprobs), which logs the gap; a flag the
+    same on every rank, not read from this rank's scores (a rank with no micro-batch has none either way)."""
     out = {}
-    if batch.old_logp is not None:
+    if gap:
         gap = (batch.old_logp - sampler_logp).abs()[batch.mask.bool()]
         g = distributed.all_sum(torch.tensor([float(gap.sum()), gap.numel()]), d)
         out = {"logprob_gap_mean": float(g[0] / g[1].clamp(min=1)),

@@ -244,7 +244,8 @@ class Trainer:
                                 self.cfg.train.share_prefix)
             # FSDP: every rank runs as many micro-batches per mini-batch as the busiest rank (fillers)
             fillers = [int(distributed.all_max(len(mini), d)) - len(mini) for mini in plan.minibatches]
-            scores = self.learner.score(plan.micro_batches, sum(fillers), not self.learner.reuses_logprobs(it))
+            reused = self.learner.reuses_logprobs(it)  # the update's own logprobs serve as the old ones
+            scores = self.learner.score(plan.micro_batches, sum(fillers), policy=not reused)
             rewards = normalized_rewards(step_rewards(trajs), self.reward_moments, algo.normalize_reward, d)
             batch = credit_inputs(trajs, plan, scores, rewards, algo, d)
             credit = compute_credit(batch, algo)
@@ -254,7 +255,7 @@ class Trainer:
         if algo.drop_uniform_groups:
             kept = distributed.all_sum(torch.tensor([float(len(trajs)), float(len(played))]), d)
             metrics["trained_frac"] = float(kept[0] / kept[1].clamp(min=1))
-        metrics.update(score_metrics(batch, credit, sampler_logp, d))
+        metrics.update(score_metrics(batch, credit, sampler_logp, d, gap=not reused))
         t2, c2 = time.time(), time.thread_time()
         with phase("r1.update"):  # 4. update
             metrics.update(self.learner.update(plan, fillers, scores, credit, sampler_logp, it))

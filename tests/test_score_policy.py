@@ -44,7 +44,7 @@ def one_update(tr, trajs, state, reuse: bool):
     batch = credit_inputs(trajs, plan, scores, step_rewards(trajs), tr.cfg.algo, tr.d)
     credit = compute(batch, tr.cfg.algo)
     sampler = sampler_logprobs(trajs, batch.tok_step)
-    metrics = score_metrics(batch, credit, sampler, tr.d)
+    metrics = score_metrics(batch, credit, sampler, tr.d, gap=not reuse)
     metrics.update(L.update(plan, [0], scores, credit, sampler, 5))
     grads = {f"{k}.{n}": p.grad.clone() for k, m in L.models.items() for n, p in m.named_parameters()
              if p.grad is not None}
