@@ -10,7 +10,7 @@ set -u
 [ $# -ge 2 ] || { echo "usage: bench/h200_recipe.sh MODEL RESULTS_DIR [CONFIG] (see the comment at its top)"; exit 2; }
 M=$1; R=$2; CFG=${3:-configs/gsm8k_tool_30min.yaml}; mkdir -p "$R"
 . "$(dirname "$0")/phases.sh"  # log, phase
-log "begin: $(python3 -c 'import torch; print(torch.__version__, torch.cuda.get_device_name())') $CFG"
+log "begin: $(python3 -c 'import torch; print(torch.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu")') $CFG"
 t0=$(date +%s.%N)
 phase recipe python3 train.py --config "$CFG" model.path="$M" run.dir="$R/recipe" log.progress=false ${EXTRA:-} || exit 1
 [ -e "$R/wall_s" ] || python3 -c "print(round($(date +%s.%N) - $t0, 1))" > "$R/wall_s"
