@@ -120,6 +120,7 @@ def test_summarize_matches_hand_count():
     assert res["mean_tool_calls"] == 1.0  # (1 + 2 + 0 + 1) / 4
     assert res["malformed_rate"] == 0.25  # 2 malformed steps out of 8 turns
     assert res["mean_response_len"] == 27.5  # (30 + 50 + 10 + 20) / 4
+    assert res["max_response_len"] == 50
     assert res["term_answered"] == 0.75 and res["term_max_steps"] == 0.25
     assert summarize([]) == {"n": 0}
 

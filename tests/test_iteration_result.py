@@ -90,3 +90,18 @@ def test_a_folder_that_is_not_a_run_is_one_line(tmp_path):
         out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "iteration_result.py"), "--runs",
                               str(folder)], capture_output=True, text=True)
         assert out.returncode == 2 and out.stderr.strip() == f"error: {folder}: no config.yaml (a train.py run folder?)"
+
+
+def test_response_lengths_where_the_run_logged_them(tmp_path):
+    """mean_response_len and max_response_len (the rollout's tail): medians over iterations 2..n, and absent
+    for a run whose metrics lack them (runs from before max_response_len was logged)."""
+    lens = [(300, 900), (150, 400), (160, 380), (170, 500)]
+    lines = [{**line(30 + 4 * k, 1, 1, 1, 1), "mean_response_len": m, "max_response_len": x}
+             for k, (m, x) in enumerate(lens)]
+    run = str(tmp_path / "with")
+    fake_run(run, lines, overlap=0)
+    r = run_result(run)
+    assert (r["mean_response_len"], r["max_response_len"]) == (160, 400)
+    old = str(tmp_path / "without")
+    fake_run(old, [line(30 + 4 * k, 1, 1, 1, 1) for k in range(4)], overlap=0)
+    assert "max_response_len" not in run_result(old)
