@@ -16,7 +16,6 @@ reference solutions. Prints a markdown table, then the rows as JSON lines.
 import argparse
 import json
 import os
-import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -24,16 +23,17 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from r1.compare import mcnemar  # noqa: E402
 from r1.config import USER_ERRORS, load_config, run_main  # noqa: E402
 from r1.rollout_stats import traj_stats  # noqa: E402
+from r1.tasks.builtin import calculations as difficulty  # noqa: E402
 from r1.tasks.data import load_rows  # noqa: E402
 from r1.trajectory import load_eval  # noqa: E402
 
-CALC = re.compile(r"<<[^>]*>>")
 TOP = 7  # problems of TOP or more calculations share the last group
 
 
 def calculations(rows: list) -> dict:
-    """problem id -> the number of calculator annotations in its reference solution."""
-    return {r["id"]: len(CALC.findall(r["solution"])) for r in rows}
+    """problem id -> the number of calculator annotations in its reference solution (the task's difficulty,
+    r1/tasks/builtin.py, which data.rl_max_difficulty reads)."""
+    return {r["id"]: difficulty(r) for r in rows}
 
 
 def episodes(path: str) -> dict:

@@ -152,6 +152,10 @@ class Data:
     """A validation split carved from the task's train rows: this many rows (a fixed choice, the same for every
     run.seed) are never trained on (RL or SFT) and form the split `val` (eval.split=val). Tune on it; keep
     `test` for the final number. 0 = no validation split."""
+    rl_max_difficulty: int = 0
+    """RL's prompts only from training rows whose difficulty, as the task measures it (GSM8K: the calculations
+    its reference solution marks), is at most this: rows a policy never solves pay no reward in any sample and
+    only lengthen the rollout. 0 = every row. SFT, validation and test rows are never left out."""
 
 
 @dataclass
@@ -416,7 +420,7 @@ BOUNDS = {
     "train.sft_batch": (1, None), "train.sft_steps": (0, None), "train.sft_lr": (0.0, None),
     "env.format_reward": (0.0, None), "env.tool_success_reward": (0.0, None),
     "env.command_reward": (0.0, None), "train.checkpoint_every": (1, None), "train.time_limit": (0.0, None),
-    "train.keep_checkpoints": (1, None), "train.overlap": (0, 2),
+    "train.keep_checkpoints": (1, None), "train.overlap": (0, 2), "data.rl_max_difficulty": (0, None),
     "eval.every": (0, None), "eval.limit": (0, None), "eval.n": (1, None), "eval.temperature": (0.0, None),
 }
 # Upper bounds on sizes, far above any real run (a 1M-token context, 64k slots) but low enough that a typo
@@ -742,6 +746,9 @@ def validate(cfg: Config, origin: dict | None = None):
     if cfg.data.sft_level and (task.max_level is None or cfg.data.sft_level > task.max_level):
         fail("data.sft_level", f"0 (= data.level) for data.task={cfg.data.task}, which has no levels"
              if task.max_level is None else f"0 (= data.level) or in [1, {task.max_level}] for data.task={cfg.data.task}")
+    if cfg.data.rl_max_difficulty and task.difficulty is None:
+        raise ConfigError(f"config key {name('data.rl_max_difficulty')}: task {task.name} has no difficulty measure "
+                          f"(a Task's `difficulty`); set it to 0, got {cfg.data.rl_max_difficulty}")
     _validate_rewards(cfg, task, name)
     if cfg.eval.split == "val" and not cfg.data.val_size:
         raise ConfigError(f"config key {name('eval.split')} is val, but data.val_size is 0 (no validation split); "

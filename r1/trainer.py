@@ -44,7 +44,7 @@ from r1.profiler import maybe_profile, phase, wanted
 from r1.rollout_process import RemoteActor
 from r1.rollout_stats import summarize, traj_stats
 from r1.run import check_paths, check_run_dir, create_run_dir, resolve_dtype, run_tokenizer
-from r1.tasks.data import epoch_order, load_rows
+from r1.tasks.data import epoch_order, load_rows, rl_rows
 from r1.tasks.registry import check_reset
 from r1.trajectory import Saver, check_episodes, iter_path
 
@@ -73,6 +73,7 @@ class Trainer:
         torch.manual_seed(cfg.run.seed)
         self.tok = run_tokenizer(cfg)
         self.train_rows = load_rows(cfg, "train")  # the data before the plans: a bad data.path is the first word
+        self.rl_rows = rl_rows(cfg, self.train_rows)  # RL's prompts: all, or the rows no harder than a cap
         check_reset(cfg, self.tok, self.train_rows)  # an env whose reset() raises: one line, no run folder
         policy, critic, ref = build_models(cfg, self.tok, self.device)
         self.model_cfg = policy.cfg
@@ -105,6 +106,9 @@ class Trainer:
             print(f"resuming {cfg.run.dir} after iteration {self.start} ({os.path.basename(resumed)}); "
                   f"train.steps={cfg.train.steps}", flush=True)
         self.logger = Logger(cfg.run.dir, self.d.main, cfg.log.tensorboard, cfg.log.progress, cfg.train.steps, self.start)
+        if len(self.rl_rows) < len(self.train_rows):
+            self.logger.say(f"RL prompts from {len(self.rl_rows)} of the {len(self.train_rows)} training rows "
+                            f"(data.rl_max_difficulty={cfg.data.rl_max_difficulty})")
         self.saver = Saver()  # trajectory files, written in the background
         self.pending = None  # train.overlap: the next iteration's rollout, running (r1/overlap.py)
         self.fit_start = self.last_iter_s = None  # fit's clock, for train.time_limit with train.overlap
@@ -123,7 +127,7 @@ class Trainer:
     # -- step 1: rollout -----------------------------------------------------
     def prompts_for(self, it: int) -> list:
         """The global prompts of iteration `it` (a seeded permutation per epoch), this rank's share."""
-        P, rows = self.cfg.rollout.prompts, self.train_rows
+        P, rows = self.cfg.rollout.prompts, self.rl_rows
         idx = []
         for k in range(it * P, (it + 1) * P):
             epoch, j = divmod(k, len(rows))

@@ -49,12 +49,17 @@ def expert(row, tools):
     return gsm8k.expert_messages(row, tools=bool(tools))
 
 
+def calculations(row) -> int:
+    """A GSM8K problem's difficulty: the calculations (`<<48/2=24>>`) its reference solution marks."""
+    return len(gsm8k.calculator_calls(row["solution"]))
+
+
 register_task(Task("synthetic", synthetic_rows, calculator_env, tools=("calculator",), expert=expert,
                    max_level=synthetic.MAX_LEVEL, doc="generated arithmetic word problems with the calculator (no download)"))
-register_task(Task("gsm8k", gsm8k_rows, calculator_env, tools=(), expert=expert,
+register_task(Task("gsm8k", gsm8k_rows, calculator_env, tools=(), expert=expert, difficulty=calculations,
                    doc="GSM8K, single step, answer after ####"))
 register_task(Task("gsm8k_tool", gsm8k_rows, calculator_env, tools=("calculator",), expert=expert,
-                   doc="GSM8K with the calculator, several steps"))
+                   difficulty=calculations, doc="GSM8K with the calculator, several steps"))
 register_task(Task("cli", cli.rows, cli.cli_env, tools=("shell",), expert=cli.expert, max_level=cli.MAX_LEVEL,
                    rewards=("command",),
                    doc="command-line assistant: answer questions about a generated folder with a sandboxed shell"))

@@ -32,6 +32,20 @@ def load_rows(cfg, split: str) -> list:
     return [r for i, r in enumerate(rows) if (i in held) == (split == "val")]
 
 
+def rl_rows(cfg, rows: list) -> list:
+    """The training rows RL draws its prompts from: all of them, or with data.rl_max_difficulty those the task
+    measures (Task.difficulty) at most that hard, in their order. SFT reads the whole train split."""
+    cap = cfg.data.rl_max_difficulty
+    if not cap:
+        return rows
+    measure = registry.get_task(cfg.data.task).difficulty
+    kept = [r for r in rows if measure(r) <= cap]
+    if not kept:
+        raise ValueError(f"data.rl_max_difficulty={cap} leaves none of the {len(rows)} training rows of "
+                         f"data.task={cfg.data.task}: raise it, or 0 for every row")
+    return kept
+
+
 @functools.lru_cache(maxsize=4)
 def epoch_order(n: int, key: str) -> list:
     """A permutation of range(n), a pure function of `key` (e.g. seed and epoch): resumes replay it."""

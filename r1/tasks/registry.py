@@ -15,6 +15,9 @@ A `Task` holds everything `train.py` (RL and SFT) and `eval.py` need:
 - `needs_path`: whether `data.path` must be set (a task whose data is
   generated or shipped leaves it False);
 - `max_level`: the largest `data.level` it knows (None: no levels);
+- `difficulty(row)`: optional, an integer a row's difficulty (GSM8K: the
+  calculations its reference solution marks), which `data.rl_max_difficulty`
+  reads to leave the hardest rows out of RL's prompts;
 - `rewards`: the task-only reward terms its env pays (r1/envs/rewards.py;
   the cli task's `command`); config validation reads it, so a term set for
   a task that would ignore it is an error, without config.py importing the

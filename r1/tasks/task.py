@@ -20,6 +20,7 @@ class Task:
     max_level: int | None = None  # data.level must be in [1, max_level]; None: the task has no levels
     doc: str = ""
     rewards: tuple = ()  # task-only reward terms of r1.envs.rewards.REWARDS its env pays (cli: "command")
+    difficulty: Callable | None = None  # (row) -> int, for data.rl_max_difficulty; None: the task has no measure
 
 
 TASKS: dict[str, Task] = {}
