@@ -225,6 +225,9 @@ def run(cfg, a):
         try:
             if cfg.train.stage == "rl":
                 check_rl_resume(cfg)  # a resume the RL phase would refuse is refused before any SFT step runs
+                from r1.tasks.data import load_rows, rl_rows
+
+                rl_rows(cfg, load_rows(cfg, "train"))  # so is a data.rl_max_difficulty that leaves RL no row
             if cfg.train.stage == "sft":
                 from r1.sft import setup_sft
 

@@ -73,3 +73,19 @@ def test_the_trainer_draws_its_prompts_from_the_capped_rows(tmp_path, graded_tas
     whole = Trainer(load_config(SMOKE, [f"run.dir={tmp_path / 'whole'}", *base]))
     assert whole.rl_rows is whole.train_rows
     assert any(graded(r) == 2 for it in range(12) for r in whole.prompts_for(it))
+
+
+def test_train_py_refuses_a_cap_that_leaves_no_row_before_its_sft_phase(tmp_path):
+    """The recipe's SFT phase takes minutes on a GPU: a cap that leaves RL no row is refused before it, and
+    nothing is left behind."""
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    r = subprocess.run([sys.executable, "train.py", "--config", os.path.join(ROOT, "configs", "gsm8k_tool.yaml"),
+                        "data.rl_max_difficulty=1", "data.train_size=2", f"run.dir={run}", "train.sft_steps=1"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines()[-1] == ("error: data.rl_max_difficulty=1 leaves none of the 2 training rows "
+                                                  "of data.task=gsm8k_tool: raise it, or 0 for every row")
+    assert not run.exists() and "SFT step" not in r.stderr + r.stdout
