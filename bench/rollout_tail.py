@@ -1,12 +1,13 @@
 """The rollout's tail: how full a batch of episodes keeps the generator, read from episodes already played.
 
 Why: a rollout plays its episodes side by side, so it lasts about as many decode steps as its longest episode
-has response tokens, and at 135M a decode step costs about the same however many slots are live (issue 31:
-with the rollout beside the update, an iteration is no shorter than the rollout). This script reads episode
-files (a run's trajectories/iter_*.jsonl.gz, or eval.py's eval_trajectories.jsonl.gz) and prints the
+has response tokens, and at 135M a decode step with few rows live costs nearly as much as one with many
+(issue 31: with the rollout beside the update, an iteration is no shorter than the rollout). This script reads
+episode files (a run's trajectories/iter_*.jsonl.gz, or eval.py's eval_trajectories.jsonl.gz) and prints the
 distribution of an episode's response tokens (summed over its turns) and, for batches of --batch episodes
-(each file of exactly that many as it was played, else random draws from all of them), the fill: mean / longest, and where the p90 and p95
-episodes end as a fraction of the longest. It times nothing and picks nothing: a description of episodes.
+(each file of exactly that many as it was played, else random draws from all of them), the fill: mean /
+longest, and where the p90 and p95 episodes end as a fraction of the longest. It times nothing and picks
+nothing: a description of episodes.
 
     python bench/rollout_tail.py FILE_OR_DIR [...] [--batch 512] [--draws 3] [--seed 0]
 

@@ -142,10 +142,10 @@ def score_metrics(batch: CreditInputs, credit: Credit, sampler_logp: torch.Tenso
     same on every rank, not read from this rank's scores (a rank with no micro-batch has none either way)."""
     out = {}
     if gap:
-        gap = (batch.old_logp - sampler_logp).abs()[batch.mask.bool()]
-        g = distributed.all_sum(torch.tensor([float(gap.sum()), gap.numel()]), d)
+        err = (batch.old_logp - sampler_logp).abs()[batch.mask.bool()]
+        g = distributed.all_sum(torch.tensor([float(err.sum()), err.numel()]), d)
         out = {"logprob_gap_mean": float(g[0] / g[1].clamp(min=1)),
-               "logprob_gap_max": distributed.all_max(float(gap.max()) if gap.numel() else 0.0, d)}
+               "logprob_gap_max": distributed.all_max(float(err.max()) if err.numel() else 0.0, d)}
     if credit.kl is not None:
         kl = distributed.all_sum(torch.tensor([float(credit.kl.sum()), float(batch.mask.sum())]), d)
         out["kl_ref"] = float(kl[0] / kl[1].clamp(min=1))

@@ -2,6 +2,8 @@
 (GSM8K: the calculations its reference solution marks); 0 leaves every row; SFT, validation and test rows are
 never left out; a task without a measure, or a cap that leaves no row, is one line naming the key."""
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -78,9 +80,6 @@ def test_the_trainer_draws_its_prompts_from_the_capped_rows(tmp_path, graded_tas
 def test_train_py_refuses_a_cap_that_leaves_no_row_before_its_sft_phase(tmp_path):
     """The recipe's SFT phase takes minutes on a GPU: a cap that leaves RL no row is refused before it, and
     nothing is left behind."""
-    import subprocess
-    import sys
-
     run = tmp_path / "run"
     r = subprocess.run([sys.executable, "train.py", "--config", os.path.join(ROOT, "configs", "gsm8k_tool.yaml"),
                         "data.rl_max_difficulty=1", "data.train_size=2", f"run.dir={run}", "train.sft_steps=1"],
