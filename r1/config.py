@@ -324,7 +324,13 @@ class Train:
     """RL: auto = scoring skips the policy's forward when the update's own gives the same old logprobs (one
     epoch of one mini-batch, algo.ppo_epochs=1 and algo.minibatches=1, no reference model, the policy trained this
     iteration): the update's forward runs on the weights scoring would, so the ratio is exactly 1 and the
-    sampler-trainer gap is logged from it (r1/learner.py). always = score it anyway (the reference path)."""
+    sampler-trainer gap is logged from it (r1/learner.py). always = score it anyway (the reference path).
+    sampler = never score it (but during algo.critic_warmup): the sampler's recorded logprobs are the old ones, so
+    the ratio is taken against the policy that sampled (PPO's own definition; the sampler-trainer gap and, under
+    train.overlap, the policy lag fall inside the clip), decoupled PPO's proximal policy is the sampler's
+    (its behaviour weight is 1), a reference KL is taken against them; the gap is logged from the update's first
+    mini-batch, the one on the weights scoring would have used. Not exact against always: a choice of algorithm,
+    one policy forward over the batch less."""
     share_prefix: bool = False
     """RL: pack each group's first prompt once per micro-batch, not once per sample: its rows run through the
     models once and every sample's attention reads them (r1/packing.py). The same logprobs, values and
@@ -391,7 +397,7 @@ CHOICES = {
     "algo.kl_estimator": ["k1", "k2", "k3"], "train.stage": ["rl", "sft"], "train.schedule": ["constant", "cosine"],
     "train.activation_checkpointing": ["auto", "true", "false"],
     "train.precision": ["autocast", "bf16"],
-    "train.score_policy": ["auto", "always"],
+    "train.score_policy": ["auto", "always", "sampler"],
 }
 # Names a reader brings from elsewhere for a choice key, and what to write instead.
 ALIASES = {"algo.advantage": {"ppo": "for PPO use step_gae: step-level GAE with a critic; token_gae is the "

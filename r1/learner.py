@@ -142,6 +142,14 @@ class Learner:
         return (self.cfg.train.score_policy == "auto" and a.ppo_epochs == 1 and a.minibatches == 1
                 and self.ref is None and not warming)
 
+    def old_from_sampler(self, it: int) -> bool:
+        """Whether iteration `it` takes the sampler's logprobs as the old ones (train.score_policy=sampler):
+        scoring skips the policy's forward, the caller sets the credit inputs' old logprobs to the sampler's
+        (a reference KL is taken against them), the update takes them for its ratio. Not while the critic
+        warms up: the policy does not run in the update then, so scoring runs it and logs the gap."""
+        warming = self.critic is not None and it < self.cfg.algo.critic_warmup
+        return self.cfg.train.score_policy == "sampler" and not warming
+
     @torch.no_grad()
     def score(self, micro_batches: list, num_fillers: int = 0, policy: bool = True) -> list:
         """Step 2: per micro-batch, the policy's old logprobs (policy=False: none, see reuses_logprobs), the
@@ -182,10 +190,12 @@ class Learner:
         norms = [self.minibatch_norms(mini, plan) for mini in work]  # counts: the same every epoch
         stats, skipped = {}, 0
         self.gap_max = None  # policy_objective: the sampler gap when scoring left the old logprobs to the update
+        self.scored_weights = True  # the weights scoring ran (or would have run) on: until the first step
         for epoch in range(max(policy_epochs, critic_epochs)):
             for mini, n_fill, norm in zip(work, fillers, norms):
                 step_stats = self.train_minibatch(mini, n_fill, plan, epoch < policy_epochs, epoch < critic_epochs,
                                                   norm)
+                self.scored_weights = False
                 if step_stats is None:
                     skipped += 1
                 for k, (tot, cnt) in (step_stats or {}).items():
@@ -195,7 +205,8 @@ class Learner:
         if "ev_t" in out:
             out["explained_variance"] = _explained_variance(*(out.pop(k) for k in ("ev_t", "ev_t2", "ev_r", "ev_r2")))
         out["skipped_updates"] = float(skipped)
-        if self.reuses_logprobs(it) and all(s.old_logp is None for s in scores):  # every rank alike (a rank with
+        if ((self.reuses_logprobs(it) or self.old_from_sampler(it))  # every rank alike (a rank with
+                and all(s.old_logp is None for s in scores)):
             # no micro-batch too): the sampler gap's max, from the update's forwards
             out["logprob_gap_max"] = distributed.all_max(0.0 if self.gap_max is None else float(self.gap_max), self.d)
         return out
@@ -299,12 +310,15 @@ class Learner:
                                             temperature=self.cfg.rollout.temperature or 1.0, kv_rows=mb.kv_rows)
         logp, entropy = logp.float(), entropy.float()
         old_logp, metrics = mb_scores.old_logp, {}
-        if old_logp is None:  # scoring skipped it (reuses_logprobs): this forward's, on the same weights
-            old_logp = logp.detach()
-            gap = torch.where(mb.mask.bool(), (old_logp - targets.sampler_logp).abs(), 0.0)
-            metrics["logprob_gap_mean"] = gap.sum() / mb.mask.sum().clamp(min=1)
-            if gap.numel():
-                self.gap_max = gap.max() if self.gap_max is None else torch.maximum(self.gap_max, gap.max())
+        if old_logp is None:  # scoring skipped it: the sampler's (score_policy=sampler), else this forward's
+            # (reuses_logprobs: on the weights scoring would have used); the gap from those weights alone
+            from_sampler = self.cfg.train.score_policy == "sampler"
+            old_logp = targets.sampler_logp if from_sampler else logp.detach()
+            if self.scored_weights:
+                gap = torch.where(mb.mask.bool(), (logp.detach() - targets.sampler_logp).abs(), 0.0)
+                metrics["logprob_gap_mean"] = gap.sum() / mb.mask.sum().clamp(min=1)
+                if gap.numel():
+                    self.gap_max = gap.max() if self.gap_max is None else torch.maximum(self.gap_max, gap.max())
         agg_seg = mb.tok_step if algo.loss_agg == "step_mean" else mb.tok_traj
         inputs = PolicyInputs(logp, old_logp, targets.advantages, mb.mask, targets.sampler_logp,
                               ratio_seg=mb.tok_step, agg_seg=agg_seg, seg_sizes=norms.seg_sizes)

@@ -22,6 +22,7 @@ generated and scored on one rank.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import time
 import warnings
@@ -248,18 +249,21 @@ class Trainer:
                                 self.cfg.train.share_prefix)
             # FSDP: every rank runs as many micro-batches per mini-batch as the busiest rank (fillers)
             fillers = [int(distributed.all_max(len(mini), d)) - len(mini) for mini in plan.minibatches]
-            reused = self.learner.reuses_logprobs(it)  # the update's own logprobs serve as the old ones
-            scores = self.learner.score(plan.micro_batches, sum(fillers), policy=not reused)
+            # the old logprobs: the update's own (reused) or the sampler's (from_sampler), else scored here
+            reused, from_sampler = self.learner.reuses_logprobs(it), self.learner.old_from_sampler(it)
+            scores = self.learner.score(plan.micro_batches, sum(fillers), policy=not (reused or from_sampler))
             rewards = normalized_rewards(step_rewards(trajs), self.reward_moments, algo.normalize_reward, d)
             batch = credit_inputs(trajs, plan, scores, rewards, algo, d)
-            credit = compute_credit(batch, algo)
             sampler_logp = sampler_logprobs(trajs, batch.tok_step)
+            if from_sampler:
+                batch = dataclasses.replace(batch, old_logp=sampler_logp)
+            credit = compute_credit(batch, algo)
         t_score, c_main = time.time() - t1, time.thread_time() - c1
         metrics = self.rollout_metrics(played)
         if algo.drop_uniform_groups:
             kept = distributed.all_sum(torch.tensor([float(len(trajs)), float(len(played))]), d)
             metrics["trained_frac"] = float(kept[0] / kept[1].clamp(min=1))
-        metrics.update(score_metrics(batch, credit, sampler_logp, d, gap=not reused))
+        metrics.update(score_metrics(batch, credit, sampler_logp, d, gap=not (reused or from_sampler)))
         t2, c2 = time.time(), time.thread_time()
         with phase("r1.update"):  # 4. update
             metrics.update(self.learner.update(plan, fillers, scores, credit, sampler_logp, it))

@@ -34,6 +34,8 @@ RUNS = {
                            "algo.whiten=true"],
     # a group's prompt packed once (train.share_prefix): micro-batches big enough for a group to meet
     "step_gae_share_prefix": ["algo.advantage=step_gae", "train.share_prefix=true", "train.micro_tokens=100000"],
+    # the sampler's logprobs as the old ones (train.score_policy=sampler): no policy scoring, the gap from the update
+    "step_gae_score_sampler": ["algo.advantage=step_gae", "train.score_policy=sampler"],
 }
 KEYS = ("pg_loss", "grad_norm", "entropy", "reward_mean")
 CRITIC_KEYS = ("value_loss", "critic_grad_norm")
@@ -66,8 +68,8 @@ def test_world2_equals_world1_with_batch_statistics(tmp_path, tok_dir):
         assert a["n"] == b["n"] == 8 and a["grad_norm"] > 0, name
         for k in KEYS + (CRITIC_KEYS if "gae" in name else ()):
             assert b[k] == pytest.approx(a[k], rel=1e-4, abs=1e-6), (name, k)
-        # one mini-batch, no reference: scoring left the old logprobs to the update (train.score_policy=auto),
-        # which logged the sampler gap at both world sizes (its max through an all-reduce)
+        # one mini-batch, no reference: scoring left the old logprobs to the update (train.score_policy=auto,
+        # or sampler), which logged the sampler gap at both world sizes (its max through an all-reduce)
         assert all(0 <= r["logprob_gap_mean"] <= r["logprob_gap_max"] for r in (a, b)), name
         if "share_prefix" in name:  # the prompts were shared, at both world sizes
             assert a["shared_prefix_frac"] > 0.2 and b["shared_prefix_frac"] > 0.2, (name, a, b)
