@@ -106,6 +106,7 @@ class Learner:
         # several GPUs: FSDP's mixed precision does the same, config.validate refuses LoRA)
         self.copies = {}
         self.gap_max = None  # the sampler gap's max over an update that scored no old logprobs (policy_objective)
+        self.scored_weights = True  # whether the policy still has the weights scoring used (update sets it)
         if cfg.train.precision == "bf16" and d.world == 1:
             self.copies = {k: Compute(m, torch.bfloat16) for k, m in
                            (("policy", self.policy), ("critic", self.critic), ("ref", self.ref)) if m is not None}
