@@ -8,6 +8,8 @@ logged, now from the update's forward; the scoring pass runs no policy forward;
 and nothing is skipped where it is not exact (several mini-batches or epochs,
 a reference model, the critic's warm-up, score_policy=always).
 """
+import contextlib
+
 import pytest
 import torch
 
@@ -26,58 +28,96 @@ def trainer(tmp_path_factory):
     return Trainer(cfg)
 
 
-def one_update(tr, trajs, state, reuse: bool):
-    """score (the policy's forwards counted), credit and update of `trajs` from `state`; returns
-    (policy forwards in scoring, metrics, gradients, parameters after)."""
-    L = tr.learner
+def restore(L, state):
+    """The learner's models back to `state`, its optimizers' moments cleared."""
     for k, m in L.models.items():
         m.load_state_dict(state[k])
     for opt in L.optims.values():
         opt.state.clear()
-    plan = packing.plan(trajs, 1, tr.cfg.train.micro_tokens, tr.device)
+
+
+def score_counted(L, plan, policy: bool):
+    """L.score of the plan's micro-batches, and how many forwards the policy ran in it."""
     calls = []
     hook = L.policy.register_forward_hook(lambda *a: calls.append(1))
     try:
-        scores = L.score(plan.micro_batches, 0, policy=not reuse)
+        return L.score(plan.micro_batches, 0, policy=policy), len(calls)
     finally:
         hook.remove()
+
+
+def counting_score(L, calls: list):
+    """L.score that appends to `calls` for each forward the policy runs in it (to put in its place)."""
+    real_score = L.score
+
+    def score(*args, **kwargs):
+        hook = L.policy.register_forward_hook(lambda *a: calls.append(1))
+        try:
+            return real_score(*args, **kwargs)
+        finally:
+            hook.remove()
+    return score
+
+
+def grads_and_params(L):
+    """Every model's gradients and state after an update, by qualified name."""
+    grads = {f"{k}.{n}": p.grad.clone() for k, m in L.models.items() for n, p in m.named_parameters()
+             if p.grad is not None}
+    return grads, {f"{k}.{n}": v.clone() for k, m in L.models.items() for n, v in m.state_dict().items()}
+
+
+@contextlib.contextmanager
+def float64_models(tr, loss: str):
+    """The learner's models in float64 and `loss` the policy loss inside; yields their state, to which
+    they return, in float32, with their optimizers' moments cleared and the policy loss back to ppo."""
+    tr.cfg.algo.policy_loss = loss
+    for m in tr.learner.models.values():
+        m.double()
+    state = {k: {n: v.clone() for n, v in m.state_dict().items()} for k, m in tr.learner.models.items()}
+    try:
+        yield state
+    finally:
+        for m in tr.learner.models.values():
+            m.float()
+        restore(tr.learner, state)
+        tr.cfg.algo.policy_loss = "ppo"
+
+
+def assert_same_update(g_a, g_b, after_a, after_b, lr):
+    """Gradients and parameters after the step equal to float32 rounding of the losses' inputs."""
+    assert g_a.keys() == g_b.keys() and any(n.startswith("policy.") for n in g_a)
+    for n, g in g_a.items():  # the losses take logprobs in float32 (.float()): a 1e-15 difference of the two
+        # forwards can round to the next float32, 1e-7 of that token's term
+        assert torch.allclose(g, g_b[n], rtol=0, atol=1e-6 * g.abs().max().item()), n
+    for n, v in after_a.items():  # AdamW's first step: lr * g / (|g| + eps), see test_share_prefix
+        assert torch.allclose(v, after_b[n], rtol=0, atol=1e-4 * lr), n
+
+
+def one_update(tr, trajs, state, reuse: bool):
+    """score (the policy's forwards counted), credit and update of `trajs` from `state`; returns
+    (policy forwards in scoring, metrics, gradients, parameters after)."""
+    L = tr.learner
+    restore(L, state)
+    plan = packing.plan(trajs, 1, tr.cfg.train.micro_tokens, tr.device)
+    scores, calls = score_counted(L, plan, policy=not reuse)
     batch = credit_inputs(trajs, plan, scores, step_rewards(trajs), tr.cfg.algo, tr.d)
     credit = compute(batch, tr.cfg.algo)
     sampler = sampler_logprobs(trajs, batch.tok_step)
     metrics = score_metrics(batch, credit, sampler, tr.d, gap=not reuse)
     metrics.update(L.update(plan, [0], scores, credit, sampler, 5))
-    grads = {f"{k}.{n}": p.grad.clone() for k, m in L.models.items() for n, p in m.named_parameters()
-             if p.grad is not None}
-    after = {f"{k}.{n}": v.clone() for k, m in L.models.items() for n, v in m.state_dict().items()}
-    return len(calls), len(plan.micro_batches), metrics, grads, after
+    return calls, len(plan.micro_batches), metrics, *grads_and_params(L)
 
 
 @pytest.mark.parametrize("loss", ["ppo", "decoupled_ppo", "cispo"])
 def test_the_updates_own_logprobs_give_the_scored_update(trainer, loss):
     tr = trainer
-    tr.cfg.algo.policy_loss = loss
     assert tr.learner.ref is None and tr.learner.reuses_logprobs(5)
     trajs = tr.rollout(0)
-    for m in tr.learner.models.values():
-        m.double()
-    try:
-        state = {k: {n: v.clone() for n, v in m.state_dict().items()} for k, m in tr.learner.models.items()}
+    with float64_models(tr, loss) as state:
         calls_s, n_mb, scored, g_s, after_s = one_update(tr, trajs, state, reuse=False)
         calls_r, _, reused, g_r, after_r = one_update(tr, trajs, state, reuse=True)
-    finally:
-        for k, m in tr.learner.models.items():
-            m.float()
-            m.load_state_dict(state[k])
-        for opt in tr.learner.optims.values():
-            opt.state.clear()  # its float64 moments
-        tr.cfg.algo.policy_loss = "ppo"
     assert n_mb > 1 and calls_s == n_mb and calls_r == 0  # several micro-batches; none scored by the policy
-    assert g_s.keys() == g_r.keys() and any(n.startswith("policy.") for n in g_s)
-    for n, g in g_s.items():  # the losses take logprobs in float32 (.float()): a 1e-15 difference of the two
-        # forwards can round to the next float32, 1e-7 of that token's term
-        assert torch.allclose(g, g_r[n], rtol=0, atol=1e-6 * g.abs().max().item()), n
-    for n, v in after_s.items():  # AdamW's first step: lr * g / (|g| + eps), see test_share_prefix
-        assert torch.allclose(v, after_r[n], rtol=0, atol=1e-4 * tr.cfg.train.lr), n
+    assert_same_update(g_s, g_r, after_s, after_r, tr.cfg.train.lr)
     for k in ("pg_loss", "value_loss", "entropy", "grad_norm", "critic_grad_norm", "logprob_gap_mean",
               "logprob_gap_max"):
         assert reused[k] == pytest.approx(scored[k], rel=1e-6, abs=1e-12), k
@@ -86,16 +126,7 @@ def test_the_updates_own_logprobs_give_the_scored_update(trainer, loss):
 
 def test_the_iteration_skips_it_and_still_logs_the_gap(trainer):
     L, calls = trainer.learner, []
-    real_score = L.score
-
-    def score(*args, **kwargs):  # the policy's forwards while scoring
-        hook = L.policy.register_forward_hook(lambda *a: calls.append(1))
-        try:
-            return real_score(*args, **kwargs)
-        finally:
-            hook.remove()
-
-    L.score = score
+    L.score = counting_score(L, calls)
     try:
         out = trainer.iteration(1)
     finally:

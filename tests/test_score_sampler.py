@@ -19,6 +19,8 @@ from r1 import trainer as trainer_module
 from r1.config import ConfigError, load_config
 from r1.credit import compute, credit_inputs, sampler_logprobs, score_metrics, step_rewards
 from r1.trainer import Trainer
+from test_score_policy import (assert_same_update, counting_score, float64_models, grads_and_params, restore,
+                               score_counted)
 from test_trainer import SMOKE, TINY
 
 MINIBATCHES = 2
@@ -38,17 +40,9 @@ def one_update(tr, trajs, state, from_sampler: bool):
     the reference, the policy scored and its old logprobs then replaced by the sampler's. Returns (policy
     forwards in scoring, the plan, metrics, gradients, parameters after, the scored old logprobs)."""
     L = tr.learner
-    for k, m in L.models.items():
-        m.load_state_dict(state[k])
-    for opt in L.optims.values():
-        opt.state.clear()
+    restore(L, state)
     plan = packing.plan(trajs, MINIBATCHES, tr.cfg.train.micro_tokens, tr.device)
-    calls = []
-    hook = L.policy.register_forward_hook(lambda *a: calls.append(1))
-    try:
-        scores = L.score(plan.micro_batches, 0, policy=not from_sampler)
-    finally:
-        hook.remove()
+    scores, calls = score_counted(L, plan, policy=not from_sampler)
     batch = credit_inputs(trajs, plan, scores, step_rewards(trajs), tr.cfg.algo, tr.d)
     sampler = sampler_logprobs(trajs, batch.tok_step)
     scored_old = None
@@ -65,38 +59,20 @@ def one_update(tr, trajs, state, from_sampler: bool):
         metrics.update(L.update(plan, [0] * len(plan.minibatches), scores, credit, sampler, 5))
     finally:
         tr.cfg.train.score_policy = saved
-    grads = {f"{k}.{n}": p.grad.clone() for k, m in L.models.items() for n, p in m.named_parameters()
-             if p.grad is not None}
-    after = {f"{k}.{n}": v.clone() for k, m in L.models.items() for n, v in m.state_dict().items()}
-    return len(calls), plan, metrics, grads, after, (scored_old, sampler)
+    return calls, plan, metrics, *grads_and_params(L), (scored_old, sampler)
 
 
 @pytest.mark.parametrize("loss", ["ppo", "decoupled_ppo", "cispo"])
 def test_the_sampler_logprobs_are_the_old_ones(trainer, loss):
     tr = trainer
-    tr.cfg.algo.policy_loss = loss
     assert tr.learner.old_from_sampler(5) and not tr.learner.reuses_logprobs(5)
     trajs = tr.rollout(0)
-    for m in tr.learner.models.values():
-        m.double()
-    try:
-        state = {k: {n: v.clone() for n, v in m.state_dict().items()} for k, m in tr.learner.models.items()}
+    with float64_models(tr, loss) as state:
         calls_r, plan, ref, g_r, after_r, (scored_old, sampler) = one_update(tr, trajs, state, from_sampler=False)
         calls_s, _, out, g_s, after_s, _ = one_update(tr, trajs, state, from_sampler=True)
-    finally:
-        for k, m in tr.learner.models.items():
-            m.float()
-            m.load_state_dict(state[k])
-        for opt in tr.learner.optims.values():
-            opt.state.clear()  # its float64 moments
-        tr.cfg.algo.policy_loss = "ppo"
     n_mb = len(plan.micro_batches)
     assert len(plan.minibatches) == MINIBATCHES and calls_r == n_mb and calls_s == 0
-    assert g_r.keys() == g_s.keys() and any(n.startswith("policy.") for n in g_r)
-    for n, g in g_r.items():  # the same loss on the same float64 weights: equal up to float32 rounding
-        assert torch.allclose(g, g_s[n], rtol=0, atol=1e-6 * g.abs().max().item()), n
-    for n, v in after_r.items():
-        assert torch.allclose(v, after_s[n], rtol=0, atol=1e-4 * tr.cfg.train.lr), n
+    assert_same_update(g_r, g_s, after_r, after_s, tr.cfg.train.lr)  # the same loss on the same weights
     for k in ("pg_loss", "value_loss", "entropy", "grad_norm", "critic_grad_norm", "clip_frac"):
         assert out[k] == pytest.approx(ref[k], rel=1e-6, abs=1e-12), k
     # the gap: of the first mini-batch's tokens only, on the weights the reference scored with
@@ -114,21 +90,14 @@ def test_the_sampler_logprobs_are_the_old_ones(trainer, loss):
 
 def test_the_iteration_scores_no_policy_and_takes_a_reference_kl_against_the_sampler(trainer, monkeypatch):
     L, calls, seen = trainer.learner, [], {}
-    real_score, real_compute = L.score, trainer_module.compute_credit
-
-    def score(*args, **kwargs):  # the policy's forwards while scoring
-        hook = L.policy.register_forward_hook(lambda *a: calls.append(1))
-        try:
-            return real_score(*args, **kwargs)
-        finally:
-            hook.remove()
+    real_compute = trainer_module.compute_credit
 
     def compute_credit(batch, algo):
         seen["old"] = batch.old_logp
         seen["tok_step"] = batch.tok_step
         return real_compute(batch, algo)
 
-    monkeypatch.setattr(L, "score", score)
+    monkeypatch.setattr(L, "score", counting_score(L, calls))
     monkeypatch.setattr(trainer_module, "compute_credit", compute_credit)
     trajs = []
     real_trained = trainer.trained_trajectories
