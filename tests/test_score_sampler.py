@@ -84,8 +84,8 @@ def test_the_sampler_logprobs_are_the_old_ones(trainer, loss):
     assert err.numel() > 0 and first < n_mb
     assert out["logprob_gap_mean"] == pytest.approx(float(err.mean()), rel=1e-5)
     assert out["logprob_gap_max"] == pytest.approx(float(err.max()), rel=1e-5)
-    if loss == "ppo":  # with the weights moved by the first step, the ratio is no longer 1 against the sampler
-        assert out["clip_frac"] >= 0 and ref["pg_loss"] != 0
+    # the sampler's logprobs differ from the trainer's, so old = sampler's is told apart from old = own here
+    assert out["logprob_gap_max"] > 0
 
 
 def test_the_iteration_scores_no_policy_and_takes_a_reference_kl_against_the_sampler(trainer, monkeypatch):
