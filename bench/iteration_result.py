@@ -40,6 +40,9 @@ def run_result(run: str) -> dict:
         cfg = yaml.safe_load(f)
     with open(os.path.join(run, "metrics.jsonl")) as f:
         lines = [json.loads(ln) for ln in f if ln.strip()]
+    # an iteration's line has its time; the validation read before RL (iteration 0, eval_* only) has none and is
+    # no iteration (a run with eval.every > 0 starts with one: reading it crashed on its missing time_elapsed)
+    lines = [m for m in lines if "time_elapsed" in m]
     overlap = cfg["train"].get("overlap", 0)
     if len(lines) < 3:
         fail(f"error: {run}: {len(lines)} iterations in metrics.jsonl, need at least 3")

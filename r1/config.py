@@ -203,6 +203,12 @@ class Rollout:
     (r1/memory.py), at most what an iteration runs at once (prompts x n per rank) and 512."""
     cache_len: int = 0
     """KV cache positions per slot (0 = env.max_context)."""
+    carry_tokens: int = 0
+    """0 = off. Else an episode that has sampled this many tokens in one rollout pauses at its next step boundary
+    and resumes first in the next rollout, on that rollout's weights (r1/rollout.py): the rollout no longer lasts
+    as long as its longest episode. Its steps keep the logprobs and policy_version that sampled them (decoupled
+    PPO weighs each token by them); critic-free estimators get whole groups. Paused episodes are lost when the
+    run ends, and run.resume refuses such a run."""
     sync_every: int = 0
     """Decode steps per chunk of the agent loop, between two collections on the host (stop checks, environment
     steps); 0 or auto = 4 on CUDA, where the next chunk is queued while the host works (r1/generate.py overlap),
@@ -416,6 +422,7 @@ BOUNDS = {
     "rollout.prompts": (1, None), "rollout.n": (1, None), "rollout.max_new_tokens": (1, None),
     "rollout.temperature": (0.0, None), "rollout.top_k": (0, None),
     "rollout.slots": (0, None), "rollout.cache_len": (0, None), "rollout.sync_every": (0, 4096),
+    "rollout.carry_tokens": (0, None),
     "algo.gamma": (0.0, 1.0), "algo.lam": (0.0, 1.0), "algo.adv_clip": (0.0, None), "algo.clip_low": (0.0, 1.0),
     "algo.clip_high": (0.0, None), "algo.dual_clip": (0.0, None), "algo.tis_cap": (0.0, None),
     "algo.value_clip": (0.0, None), "algo.vf_coef": (0.0, None), "algo.kl_coef": (0.0, None),
@@ -436,7 +443,8 @@ for _key, _high in {"model.tiny_layers": 1024, "model.tiny_hidden": 65536, "data
                     "data.train_size": 10**9, "data.test_size": 10**9, "data.val_size": 10**9, "env.max_steps": 100_000,
                     "env.max_context": HUGE, "rollout.prompts": HUGE, "rollout.n": 65536,
                     "rollout.max_new_tokens": HUGE, "rollout.top_k": HUGE, "rollout.slots": 65536,
-                    "rollout.cache_len": HUGE, "algo.ppo_epochs": 10_000, "algo.minibatches": HUGE,
+                    "rollout.cache_len": HUGE, "rollout.carry_tokens": HUGE, "algo.ppo_epochs": 10_000,
+                    "algo.minibatches": HUGE,
                     "train.steps": 10**9, "train.warmup": 10**9, "train.micro_tokens": 2**24,
                     "train.sft_batch": HUGE, "train.sft_steps": 10**9, "train.checkpoint_every": 10**9, "train.keep_checkpoints": 10_000,
                     "eval.every": 10**9, "eval.limit": 10**9, "eval.n": 65536}.items():

@@ -22,6 +22,25 @@ samples, the sampling seed and the episode uids, not on scheduling, because
 the generator's noise is keyed by (seed, uid, position) (r1/generate.py).
 `stop` (a threading.Event) cancels a run between chunks with `Cancelled`: the
 trainer sets it when it stops while train.overlap's next rollout still plays.
+
+`carry_tokens` (rollout.carry_tokens) cuts the rollout's tail: a rollout
+lasts about as many decode steps as its longest episode, and most of its
+rows have ended long before (docs/LOG.md: a batch is 36-41% full over its
+decode steps). An episode that has sampled at least that many tokens in
+this run pauses at its next step boundary: its slot is freed (its cache
+was computed by these weights), and the environment, the trajectory and
+its next prompt wait in the loop for the next run with `carry`, which
+submits them first, on that run's weights. Every step stays a transition
+of exact token ids with the logprobs and `policy_version` of the weights
+that sampled it, so an episode may span rollouts of several versions
+(decoupled PPO weighs each token by its own sampler's logprob). The rule is
+per episode, so which episodes pause does not depend on batching. With
+`whole_groups` (a group baseline: GRPO, RLOO) an ended episode is held until
+every episode of its group has ended, and a run returns whole groups only;
+without it, an episode is returned when it ends. Groups must then be
+numbered uniquely across runs (the trainer offsets them by iteration).
+A run without `carry` (evaluation) neither resumes nor disturbs what waits;
+`drop_carried()` ends it (a run that raised drops it too).
 """
 import threading
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -46,18 +65,36 @@ class AgentEnvLoop:
         self.sync_every = sync_every or (4 if getattr(generator, "overlap", False) else None)
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="env") if workers > 0 else None
         self.stop = threading.Event()  # set: the run in progress ends at its next chunk (Cancelled)
+        self.carried = []  # [env, traj, next prompt] of episodes paused by carry_tokens, oldest first
+        self.held = {}  # group -> its ended episodes, while others of the group play on (whole_groups)
+        self.group_left = {}  # group -> its episodes not ended yet (whole_groups)
 
-    def run(self, samples: list, n: int = 1, policy_version: int = 0, uid_prefix: str = "", groups=None) -> list:
+    def run(self, samples: list, n: int = 1, policy_version: int = 0, uid_prefix: str = "", groups=None,
+            carry_tokens: int = 0, whole_groups: bool = False) -> list:
         """Play n episodes per sample. `groups` numbers the samples (default 0..len-1); a
         trainer passes global prompt indices so uids, and with them the sampling noise,
-        do not depend on how prompts were dealt to ranks."""
+        do not depend on how prompts were dealt to ranks. carry_tokens > 0: first resume the
+        episodes earlier runs paused, and pause any episode that samples that many tokens in
+        this run (module docstring); whole_groups: return whole groups only."""
         groups = list(range(len(samples))) if groups is None else list(groups)
         todo = [(groups[k], i, s) for k, s in enumerate(samples) for i in range(n)]
         todo.reverse()  # pop() from the end keeps sample order
         self.live, self.done, self.version = {}, [], policy_version
+        self.carry, self.whole_groups, self.spent = carry_tokens, whole_groups and carry_tokens > 0, {}
+        if self.whole_groups:
+            again = [g for g in groups if g in self.group_left or g in self.held]
+            if again:
+                raise ValueError(f"group {again[0]} is already playing in the loop: number groups uniquely across "
+                                 "runs when episodes are carried")
+            self.group_left.update((g, n) for g in groups)
+        resumed, self.carried = (self.carried, []) if carry_tokens > 0 else ([], self.carried)
         futures, ended = {}, []
         overlap = getattr(self.gen, "overlap", False)  # a scripted generator in a test has none
         try:
+            for env, traj, prompt in resumed:  # the paused episodes first, on this run's weights
+                self.live[traj.uid] = [env, traj, prompt]
+                self.gen.submit(traj.uid, prompt, self.max_new_tokens)
+            resumed = []
             while todo or self.live:
                 if self.stop.is_set():
                     raise Cancelled("the rollout was cancelled")
@@ -84,11 +121,33 @@ class AgentEnvLoop:
             abort = getattr(self.gen, "abort", None)
             if abort is not None:
                 abort()
+            if carry_tokens > 0:  # what waited for this run goes with it
+                envs = {id(e): e for e in [v[0] for v in self.live.values()] + [r[0] for r in resumed]}
+                self.drop_carried(envs.values())
             raise
         finally:
             self.gen.finish()
         self.done.sort(key=lambda t: (t.group, int(t.uid.rsplit("-", 1)[1])))
         return self.done
+
+    def drop_carried(self, also=()):
+        """Forget the paused episodes and the held groups (closing their environments, and those in `also`):
+        the trainer stops, or a run raised."""
+        for env in [env for env, _, _ in self.carried] + list(also):
+            env.close()
+        self.carried, self.held, self.group_left = [], {}, {}
+
+    def _ended(self, traj):
+        """An episode ended: returned by this run, or (whole_groups) held until its group has ended."""
+        if not self.whole_groups:
+            self.done.append(traj)
+            return
+        g = traj.group
+        self.held.setdefault(g, []).append(traj)
+        self.group_left[g] -= 1
+        if self.group_left[g] == 0:
+            del self.group_left[g]
+            self.done.extend(self.held.pop(g))
 
     def _start(self, g, i, s, uid_prefix):
         """Reset a new episode's environment and queue its first prompt."""
@@ -104,7 +163,7 @@ class AgentEnvLoop:
             raise task_error(getattr(self.make_env, "task", type(env).__name__), "its env's reset()", s, e) from None
         if prompt is None:
             traj.termination = reason
-            self.done.append(traj)
+            self._ended(traj)
             env.close()
             return
         self.live[uid] = [env, traj, prompt]
@@ -152,10 +211,16 @@ class AgentEnvLoop:
                                c.finish, info, policy_version=self.version))
         if is_done or nxt is None:
             traj.termination = "answered" if info.get("final") else (info.get("reason") or reason or "done")
-            self.done.append(traj)
+            self._ended(traj)
             del self.live[c.key]
             self.gen.release(c.key)
             env.close()  # whatever ended it (answer, max_steps, context budget): the env frees what it holds
+            return
+        spent = self.spent[c.key] = self.spent.get(c.key, 0) + len(c.token_ids)
+        if self.carry and spent >= self.carry:  # paused: the next run resumes it, on its own weights
+            del self.live[c.key]
+            self.gen.release(c.key)
+            self.carried.append([env, traj, nxt])
         else:
             self.live[c.key][2] = nxt
             self.gen.submit(c.key, nxt, self.max_new_tokens)

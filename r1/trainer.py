@@ -32,6 +32,7 @@ import torch
 from r1 import checkpoint, chunk_graphs, disk, distributed, memory, packing
 from r1.atomic import describe_os_error
 from r1.actor import Actor, generator_model
+from r1.algos.estimators import ESTIMATORS
 from r1.config import Config, ConfigError
 from r1.credit import (compute as compute_credit, credit_inputs, informative_groups, normalized_rewards,
                        sampler_logprobs, score_metrics, step_rewards)
@@ -71,10 +72,17 @@ class Trainer:
                               f"{cfg.run.dir} exactly (its checkpoint holds the weights after the last update, not "
                               f"the ones the next rollout would sample with); resume with train.overlap=0 "
                               f"run.allow_config_change=true")
+        if cfg.run.resume and cfg.rollout.carry_tokens and checkpoint.complete(cfg.run.dir):  # r1/rollout.py
+            raise ConfigError(f"config key 'rollout.carry_tokens'={cfg.rollout.carry_tokens}: run.resume cannot "
+                              f"continue {cfg.run.dir} exactly (the episodes paused when it stopped are not in its "
+                              f"checkpoint); resume with rollout.carry_tokens=0 run.allow_config_change=true")
         torch.manual_seed(cfg.run.seed)
         self.tok = run_tokenizer(cfg)
         self.train_rows = load_rows(cfg, "train")  # the data before the plans: a bad data.path is the first word
         self.rl_rows = rl_rows(cfg, self.train_rows)  # RL's prompts: all, or the rows no harder than a cap
+        # rollout.carry_tokens: a critic-free estimator compares a prompt's samples (or the batch's), so a group
+        # is returned once all its episodes ended; with a critic an episode trains when it ends
+        self.whole_groups = not ESTIMATORS[cfg.algo.advantage].needs_critic or cfg.algo.drop_uniform_groups
         check_reset(cfg, self.tok, self.train_rows)  # an env whose reset() raises: one line, no run folder
         policy, critic, ref = build_models(cfg, self.tok, self.device)
         self.model_cfg = policy.cfg
@@ -145,8 +153,11 @@ class Trainer:
         r = self.cfg.rollout
         sampling = Sampling(r.temperature, r.top_p, r.top_k, seed=hash((self.cfg.run.seed, it)) % 2**31)
         groups = range(self.d.rank, r.prompts, self.d.world)  # global prompt indices of this rank's prompts
-        return self.prompts_for(it), r.n, sampling, dict(policy_version=policy_version, uid_prefix=f"{it}-",
-                                                         groups=groups)
+        run = dict(policy_version=policy_version, uid_prefix=f"{it}-", groups=groups)
+        if r.carry_tokens:  # paused episodes join later rollouts: groups numbered uniquely across iterations
+            run.update(groups=range(it * r.prompts + self.d.rank, (it + 1) * r.prompts, self.d.world),
+                       carry_tokens=r.carry_tokens, whole_groups=self.whole_groups)
+        return self.prompts_for(it), r.n, sampling, run
 
     def play(self, it: int, policy_version: int) -> list:
         """This rank's episodes of iteration `it` on the generator's weights as they are (no collective)."""
@@ -260,6 +271,10 @@ class Trainer:
             credit = compute_credit(batch, algo)
         t_score, c_main = time.time() - t1, time.thread_time() - c1
         metrics = self.rollout_metrics(played)
+        if self.cfg.rollout.carry_tokens:  # episodes that paused in an earlier rollout (several policy versions)
+            spans = sum(len({s.policy_version for s in t.steps}) > 1 for t in played)
+            counts = distributed.all_sum(torch.tensor([float(spans), float(len(played))]), d)
+            metrics["carried_frac"] = float(counts[0] / counts[1].clamp(min=1))
         if algo.drop_uniform_groups:
             kept = distributed.all_sum(torch.tensor([float(len(trajs)), float(len(played))]), d)
             metrics["trained_frac"] = float(kept[0] / kept[1].clamp(min=1))
@@ -396,6 +411,8 @@ class Trainer:
                 self.pending = None
             if isinstance(self.actor, RemoteActor):
                 self.actor.close()
+            else:  # rollout.carry_tokens: the paused episodes are never trained; their environments close
+                self.actor.loop.drop_carried()
             try:
                 self.saver.close()
             except OSError as e:  # a trajectory file not written: an error, unless another one is on its way out

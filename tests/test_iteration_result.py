@@ -41,6 +41,17 @@ def test_medians_skip_the_first_iteration(tmp_path):
     assert (r["iteration_s"], r["rollout_s"], r["score_s"], r["update_s"], r["rollout_play_s"]) == (4, 0.2, 2, 2, 4)
 
 
+def test_the_validation_read_before_rl_is_no_iteration(tmp_path):
+    """A run with eval.every > 0 logs its validation read before RL as iteration 0, a line of eval_* keys only."""
+    before = {"iter": 0, "eval_n": 200.0, "eval_accuracy": 0.105}
+    lines = [line(30, 20, 9, 9, 20), line(34, 0.1, 1, 2, 3), line(39, 0.3, 2, 3, 4), line(42, 0.2, 3, 1, 5)]
+    run = str(tmp_path / "ppo-o0")
+    fake_run(run, [before] + lines, overlap=0)
+    r = run_result(run)
+    assert r["iterations"] == 4
+    assert (r["iteration_s"], r["rollout_s"], r["score_s"], r["update_s"]) == (4, 0.2, 2, 2)
+
+
 def test_an_overlapped_run_leaves_out_its_last_iteration_too(tmp_path):
     """Its last iteration starts no next rollout, so it is faster than the others; counting it favoured overlap."""
     lines = [line(30, 20, 9, 9, 20), line(34, 0.1, 1, 2, 3), line(39, 0.3, 2, 3, 4), line(44, 0.2, 3, 1, 5),

@@ -1,0 +1,270 @@
+"""rollout.carry_tokens: an episode that sampled that many tokens in one run pauses at its step boundary and
+resumes first in the next run (r1/rollout.py). Checked with the real KV-cache generator, a tiny random model and
+the real SmolLM2 tokenizer: every episode ends exactly once, with every step, its prompts token-exact across the
+pause (append policy: prompt_{t+1} = prompt_t + response_t + close + observation) and each step's policy_version
+the run that sampled it; which episodes pause does not depend on the slot count; whole_groups returns whole
+groups only; a run without carry (evaluation) leaves the paused episodes alone; a run that raised drops them.
+Then the trainer: the key reaches the loop (groups numbered per iteration), carried_frac is logged, a GRPO run
+trains whole groups, run.resume and a bad value are one-line config errors."""
+import json
+import os
+
+import pytest
+import torch
+
+from r1.config import ConfigError, load_config
+from r1.envs.base import Env, Observation
+from r1.generate import Generator, Sampling
+from r1.model import Transformer, tiny_config
+from r1.rollout import AgentEnvLoop
+from r1.tasks.registry import TASKS, Task, get_task, register_task
+from r1.tokenizer import load_tokenizer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SMOKE = os.path.join(ROOT, "configs", "smoke.yaml")
+MAX_NEW = 8
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny matmuls: one intra-op thread (a shared 2-core box runs 2 threads far slower under load)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_tokenizer("smollm2-135m-instruct")
+
+
+@pytest.fixture(scope="module")
+def model(tok):
+    torch.manual_seed(0)
+    m = Transformer(tiny_config("llama", tie=False, vocab_size=len(tok.hf))).eval()
+    with torch.no_grad():
+        for p in m.parameters():
+            if p.dim() == 2:  # small weights: near-flat logits, so sampling is diverse
+                torch.nn.init.normal_(p, std=0.02)
+    return m
+
+
+class Turns(Env):
+    """Ends after sample["turns"] steps; each observation names the step; reward 1 at the end."""
+
+    closed = 0
+
+    def reset(self, sample):
+        self.turns, self.t = sample["turns"], 0
+        return Observation(messages=[{"role": "user", "content": sample["question"]}])
+
+    def step(self, action):
+        self.t += 1
+        if self.t >= self.turns:
+            return None, 1.0, True, {"final": True}
+        return Observation(messages=[{"role": "tool", "content": f"result {self.t}"}]), 0.0, False, {}
+
+    def close(self):
+        Turns.closed += 1
+
+
+def samples(turns):
+    return [{"id": f"s{i}", "question": f"Question {i}: what is {i} + {i}?", "answer": str(2 * i), "turns": k}
+            for i, k in enumerate(turns)]
+
+
+def make_loop(tok, model, slots, env_cls=Turns):
+    gen = Generator(model, slots, 256, stop_ids=tok.stop_ids)
+    gen.set_sampling(Sampling(temperature=1.0, seed=1))
+    return AgentEnvLoop(gen, tok, lambda: env_cls(tok, max_context=256, max_new_tokens=MAX_NEW), MAX_NEW)
+
+
+def play_out(loop, data, n, carry, whole=False, max_runs=12):
+    """Run until nothing is paused: the first run plays `data`, later ones resume. -> [(run, trajectories)]."""
+    out = []
+    for r in range(max_runs):
+        rows = data if r == 0 else []
+        groups = range(len(rows)) if r == 0 else []
+        out.append(loop.run(rows, n=n, policy_version=r, uid_prefix="", groups=groups, carry_tokens=carry,
+                            whole_groups=whole))
+        if not loop.carried and not loop.held:
+            return out
+    raise AssertionError("episodes still paused after max_runs runs")
+
+
+def check_exact(tok, t, turns):
+    assert len(t.steps) == turns and t.termination == "answered"
+    assert [s.done for s in t.steps] == [False] * (turns - 1) + [True]
+    for i, (a, b) in enumerate(zip(t.steps, t.steps[1:]), start=1):
+        obs = tok.render_next([{"role": "tool", "content": f"result {i}"}])
+        assert b.prompt_ids == a.prompt_ids + a.response_ids + tok.close_turn_ids(a.response_ids) + obs
+    assert all(len(s.logprobs) == len(s.response_ids) for s in t.steps)
+
+
+def test_paused_episodes_resume_token_exact_and_end_once(tok, model):
+    turns = [1, 4, 2, 3, 5, 2]
+    data = samples(turns)
+    runs = play_out(make_loop(tok, model, slots=4), data, n=2, carry=MAX_NEW)
+    assert len(runs) > 2  # episodes did pause (a step of the random model mostly runs to max_new_tokens)
+    seen = [t for trajs in runs for t in trajs]
+    assert sorted(t.uid for t in seen) == sorted(f"{g}-{i}" for g in range(6) for i in range(2))
+    for r, trajs in enumerate(runs):
+        for t in trajs:
+            check_exact(tok, t, turns[t.group])
+            versions = [s.policy_version for s in t.steps]
+            assert versions == sorted(versions) and versions[-1] == r  # each step: the run that sampled it
+    spanning = [t for t in seen if len({s.policy_version for s in t.steps}) > 1]
+    assert spanning and all(len(t.steps) > 1 for t in spanning)
+    # without carrying, the same loop plays the same first steps (the pause changes only what comes after it)
+    plain = make_loop(tok, model, slots=4).run(data, n=2)
+    first = {t.uid: t.steps[0].response_ids for t in seen}
+    assert {t.uid: t.steps[0].response_ids for t in plain} == first
+
+
+def test_which_episodes_pause_does_not_depend_on_the_slot_count(tok, model):
+    data = samples([3, 1, 4, 2])
+    ids = lambda runs: [[(t.uid, [(s.prompt_ids, s.response_ids, s.policy_version) for s in t.steps])  # noqa: E731
+                         for t in trajs] for trajs in runs]
+    base = ids(play_out(make_loop(tok, model, slots=3), data, n=2, carry=MAX_NEW + 4))
+    assert ids(play_out(make_loop(tok, model, slots=1), data, n=2, carry=MAX_NEW + 4)) == base
+    assert ids(play_out(make_loop(tok, model, slots=8), data, n=2, carry=MAX_NEW + 4)) == base
+    assert len(base) > 1
+
+
+def test_whole_groups_come_back_together(tok, model):
+    turns = [1, 4, 2, 3]
+    runs = play_out(make_loop(tok, model, slots=3), samples(turns), n=3, carry=MAX_NEW, whole=True)
+    for trajs in runs:
+        by_group = {}
+        for t in trajs:
+            by_group.setdefault(t.group, []).append(int(t.uid.rsplit("-", 1)[1]))
+        assert all(sorted(v) == [0, 1, 2] for v in by_group.values())
+    assert sorted(t.group for trajs in runs for t in trajs) == sorted([0, 1, 2, 3] * 3)
+    assert runs[0] and not [t for t in runs[0] if t.group == 1]  # group 1 (4 turns) waited
+
+
+def test_a_group_number_still_playing_is_refused(tok, model):
+    loop = make_loop(tok, model, slots=4)
+    loop.run(samples([4]), n=2, groups=[7], carry_tokens=MAX_NEW, whole_groups=True)
+    assert 7 in loop.group_left
+    with pytest.raises(ValueError, match="group 7 is already playing in the loop"):
+        loop.run(samples([1]), n=2, groups=[7], carry_tokens=MAX_NEW, whole_groups=True)
+
+
+def test_an_evaluation_between_runs_leaves_the_paused_episodes(tok, model):
+    loop = make_loop(tok, model, slots=4)
+    first = loop.run(samples([4, 1]), n=1, carry_tokens=MAX_NEW)
+    paused = [traj.uid for _, traj, _ in loop.carried]
+    assert paused == ["0-0"] and [t.uid for t in first] == ["1-0"]
+    evaluated = loop.run(samples([2, 2]), n=1, uid_prefix="eval-")  # no carry: plays its own episodes whole
+    assert [t.uid for t in evaluated] == ["eval-0-0", "eval-1-0"] and all(len(t.steps) == 2 for t in evaluated)
+    assert [traj.uid for _, traj, _ in loop.carried] == paused
+    rest = []
+    for r in range(1, 6):
+        rest += loop.run([], n=1, policy_version=r, carry_tokens=MAX_NEW)
+    assert [t.uid for t in rest] == ["0-0"] and len(rest[0].steps) == 4 and not loop.carried
+
+
+def test_a_run_that_raised_drops_the_paused_episodes(tok, model):
+    boom = [False]
+
+    class Raising(Turns):
+        def step(self, action):
+            if boom[0]:
+                raise RuntimeError("tool crashed")
+            return super().step(action)
+
+    loop = make_loop(tok, model, slots=3, env_cls=Raising)
+    loop.run(samples([4, 4]), n=1, carry_tokens=MAX_NEW)
+    assert len(loop.carried) == 2
+    Turns.closed, boom[0] = 0, True
+    from r1.tasks.registry import TaskError
+
+    with pytest.raises(TaskError, match="tool crashed"):
+        loop.run(samples([3]), n=1, uid_prefix="next-", carry_tokens=MAX_NEW)
+    assert not loop.carried and not loop.held and Turns.closed == 3  # the two resumed and the new one: closed
+    boom[0] = False
+    assert [len(t.steps) for t in loop.run(samples([2]), n=1)] == [2]
+
+
+# -- the trainer -----------------------------------------------------------------------------------------------
+
+
+class TaskTurns(Env):
+    """The trainer's multi-turn env: every reply is a turn until the row's number of turns; reward 1 at the end
+    when the last reply is short (something a tiny random model can move)."""
+
+    def reset(self, sample):
+        self.turns, self.t = 2 + int(sample["answer"]) % 3, 0
+        return Observation(messages=[{"role": "user", "content": sample["question"]}])
+
+    def step(self, action):
+        self.t += 1
+        if self.t >= self.turns:
+            return None, float(len(action.ids) < 6), True, {"final": True}
+        return Observation(messages=[{"role": "tool", "content": f"noted {self.t}"}]), 0.0, False, {}
+
+
+@pytest.fixture
+def turns_task():
+    synthetic = get_task("synthetic")
+
+    def env(cfg, tokenizer, tools):
+        return TaskTurns(tokenizer, max_context=cfg.env.max_context, max_new_tokens=cfg.rollout.max_new_tokens)
+
+    task = register_task(Task("carry_turns", synthetic.rows, env, tools=()), replace=True)
+    yield task.name
+    TASKS.pop(task.name, None)
+
+
+TINY = ["rollout.prompts=4", "rollout.n=2", "rollout.max_new_tokens=8", "data.train_size=16", "data.test_size=4",
+        "log.tensorboard=false", "rollout.slots=8", "train.steps=4", "env.max_context=512"]
+
+
+def episodes(run_dir, it):
+    from r1.trajectory import iter_path, load
+
+    return load(iter_path(str(run_dir), it))
+
+
+@pytest.mark.parametrize("algo", [["algo.advantage=step_gae"], ["algo.advantage=grpo", "algo.lam=1.0", "algo.kl_coef=0"],
+                                  ["algo.advantage=step_gae", "train.overlap=1", "algo.policy_loss=decoupled_ppo"]])
+def test_the_trainer_carries_and_trains_what_ended(tmp_path, turns_task, algo):
+    from r1.trainer import Trainer
+
+    run = tmp_path / "run"
+    cfg = load_config(SMOKE, [f"run.dir={run}", f"data.task={turns_task}", *TINY, "rollout.carry_tokens=8", *algo])
+    trainer = Trainer(cfg)
+    trainer.fit()
+    lines = [json.loads(ln) for ln in open(run / "metrics.jsonl") if ln.strip()]
+    assert len(lines) == 4 and all("carried_frac" in m for m in lines)
+    assert lines[0]["carried_frac"] == 0 and max(m["carried_frac"] for m in lines) > 0
+    whole, lag = algo[0] == "algo.advantage=grpo", int("train.overlap=1" in algo)  # overlap: one version back
+    uids = []
+    for it in range(1, 5):
+        eps = episodes(run, it)
+        uids += [e.uid for e in eps]
+        groups = {}
+        for e in eps:
+            start = int(e.uid.split("-")[0])  # the iteration it began in numbers its group
+            assert start * 4 <= e.group < start * 4 + 4
+            groups[e.group] = groups.get(e.group, 0) + 1
+            versions = [s.policy_version for s in e.steps]
+            assert versions == sorted(versions) and versions[0] == max(start - lag, 0)
+            assert versions[-1] == max(it - 1 - lag, 0)
+        if whole:
+            assert all(v == 2 for v in groups.values())
+    assert len(uids) == len(set(uids))  # no episode trained twice
+
+
+def test_resume_and_a_bad_value_are_config_errors(tmp_path, turns_task):
+    with pytest.raises(ConfigError, match="rollout.carry_tokens"):
+        load_config(SMOKE, [f"run.dir={tmp_path / 'bad'}", "rollout.carry_tokens=-1"])
+    from r1.trainer import Trainer
+
+    run = tmp_path / "run"
+    base = [f"run.dir={run}", f"data.task={turns_task}", *TINY, "train.steps=1", "log.trajectories=false"]
+    Trainer(load_config(SMOKE, [*base, "rollout.carry_tokens=8"])).fit()
+    with pytest.raises(ConfigError, match=r"'rollout.carry_tokens'=8: run.resume cannot continue .* exactly"):
+        Trainer(load_config(SMOKE, [*base, "rollout.carry_tokens=8", "run.resume=true", "train.steps=2"]))
