@@ -9,7 +9,14 @@ distribution of an episode's response tokens (summed over its turns) and, for ba
 longest, and where the p90 and p95 episodes end as a fraction of the longest. It times nothing and picks
 nothing: a description of episodes.
 
-    python bench/rollout_tail.py FILE_OR_DIR [...] [--batch 512] [--draws 3] [--seed 0]
+    python bench/rollout_tail.py FILE_OR_DIR [...] [--batch 512] [--draws 3] [--seed 0] [--carry N]
+
+--carry N reads the same episodes under rollout.carry_tokens=N (r1/rollout.py): an episode pauses at the first
+step boundary where it has sampled N tokens in the rollout, and goes on in the next one, so it is played in
+stretches. Added: the share of episodes that would pause, the longest stretch of all, and per batch the longest
+stretch of its episodes against its longest episode: about how many decode steps a rollout would last with the
+key against without (arithmetic on recorded episodes, not a run; their lengths were those of a policy playing
+without it).
 
 A folder is a run folder (its trajectories/) or an eval.out folder. Prints one JSON object.
 """
@@ -55,21 +62,43 @@ def fill(batch: list) -> dict:
             "p90_of_longest": quantile(s, 0.9) / longest, "p95_of_longest": quantile(s, 0.95) / longest}
 
 
-def tail(per_file: list, batch: int, draws: int, seed: int) -> dict:
-    """per_file: each file's episode lengths. Batches: each file of exactly `batch` episodes as it was played
-    (a training iteration's), else `draws` random draws of `batch` from all of them (an evaluation's)."""
-    everything = sorted(x for lengths in per_file for x in lengths)
+def stretches(turns: list, carry: int) -> list:
+    """An episode's response tokens per rollout under rollout.carry_tokens=carry: it pauses after the first turn
+    at which the rollout's count reaches `carry` (0: one stretch, the whole episode)."""
+    out, n = [], 0
+    for k, t in enumerate(turns):
+        n += t
+        if carry and n >= carry and k + 1 < len(turns):
+            out.append(n)
+            n = 0
+    return out + [n]
+
+
+def tail(per_file: list, batch: int, draws: int, seed: int, carry: int = 0) -> dict:
+    """per_file: each file's episodes, each a list of its turns' response tokens. Batches: each file of exactly
+    `batch` episodes as it was played (a training iteration's), else `draws` random draws of `batch` from all of
+    them (an evaluation's). carry > 0: the episodes in stretches as well (module docstring)."""
+    episodes = [turns for eps in per_file for turns in eps]
+    everything = sorted(sum(turns) for turns in episodes)
     if not everything:
         raise ValueError("no episodes in the files given")
     out = {"episodes": len(everything), "mean": statistics.mean(everything),
            **{f"p{int(q * 100)}": quantile(everything, q) for q in (0.5, 0.9, 0.95, 0.99)}, "max": everything[-1]}
-    played = [fill(lengths) for lengths in per_file if len(lengths) == batch]
+    played = [eps for eps in per_file if len(eps) == batch]
     if played:
-        out["batches"], out["batches_are"] = played, "files"
+        out["batches_are"] = "files"
     else:
         rng = random.Random(seed)
-        k = min(batch, len(everything))
-        out["batches"], out["batches_are"] = [fill(rng.sample(everything, k)) for _ in range(draws)], "random draws"
+        played = [rng.sample(episodes, min(batch, len(episodes))) for _ in range(draws)]
+        out["batches_are"] = "random draws"
+    out["batches"] = [fill([sum(turns) for turns in eps]) for eps in played]
+    if carry:
+        parts = [stretches(turns, carry) for turns in episodes]
+        out["carry"] = {"tokens": carry, "paused_frac": sum(len(p) > 1 for p in parts) / len(parts),
+                        "longest_stretch": max(max(p) for p in parts)}
+        for b, eps in zip(out["batches"], played):
+            b["longest_stretch"] = max(max(stretches(turns, carry)) for turns in eps)
+            b["stretch_of_longest"] = b["longest_stretch"] / max(b["longest"], 1)
     return out
 
 
@@ -79,13 +108,16 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=512, help="episodes a rollout plays side by side (default 512)")
     p.add_argument("--draws", type=int, default=3, help="random batches when no file holds a whole batch")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--carry", type=int, default=0, help="rollout.carry_tokens to read the episodes under (0: off)")
     a = p.parse_args(argv)
     if a.batch < 1 or a.draws < 1:
         p.error("--batch and --draws must be at least 1")
+    if a.carry < 0:
+        p.error("--carry must be 0 (off) or more")
     try:
-        per_file = [[sum(len(s.response_ids) for s in t.steps) for t in load(f)]
-                     for target in a.paths for f in files_of(target)]
-        print(json.dumps(tail(per_file, a.batch, a.draws, a.seed)))
+        per_file = [[[len(s.response_ids) for s in t.steps] for t in load(f)]
+                    for target in a.paths for f in files_of(target)]
+        print(json.dumps(tail(per_file, a.batch, a.draws, a.seed, a.carry)))
     except USER_ERRORS as e:  # a missing or unreadable file: one line naming it, exit 2
         raise SystemExit(f"error: {e}") from None
 

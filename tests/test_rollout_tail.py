@@ -39,6 +39,22 @@ def test_a_played_batch_counted_by_hand(tmp_path):
     assert b["p90_of_longest"] == 1.0 and b["p95_of_longest"] == 1.0
 
 
+def test_carry_reads_the_episodes_in_stretches(tmp_path):
+    """--carry 25: 10 whole; 5+15 whole (20 < 25); 30 whole (one turn); 60 | 40 paused after its first turn;
+    12+14 | 9 paused at 26. A batch of 5 as played: longest episode 100, longest stretch 60."""
+    save([episode(0, [10]), episode(1, [5, 15]), episode(2, [30]), episode(3, [60, 40]), episode(4, [12, 14, 9])],
+         str(tmp_path / "iter_000001.jsonl.gz"))
+    r = run(str(tmp_path / "iter_000001.jsonl.gz"), "--batch", "5", "--carry", "25")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["carry"] == {"tokens": 25, "paused_frac": 0.4, "longest_stretch": 60}
+    [b] = out["batches"]
+    assert b["longest"] == 100 and b["longest_stretch"] == 60 and b["stretch_of_longest"] == pytest.approx(0.6)
+    assert "carry" not in json.loads(run(str(tmp_path / "iter_000001.jsonl.gz"), "--batch", "5").stdout)
+    bad = run(str(tmp_path / "iter_000001.jsonl.gz"), "--carry", "-1")
+    assert bad.returncode == 2 and "--carry must be 0 (off) or more" in bad.stderr
+
+
 def test_a_run_folder_and_random_draws(tmp_path):
     (tmp_path / "trajectories").mkdir()
     save([episode(k, [k + 1]) for k in range(6)], str(tmp_path / "trajectories" / "iter_000001.jsonl.gz"))
