@@ -10,68 +10,26 @@ import json
 import os
 
 import pytest
-import torch
-
 from r1.config import ConfigError, load_config
 from r1.envs.base import Env, Observation
 from r1.generate import Generator, Sampling
-from r1.model import Transformer, tiny_config
 from r1.rollout import AgentEnvLoop
 from r1.tasks.registry import TASKS, Task, get_task, register_task
-from r1.tokenizer import load_tokenizer
+# the fixtures (one thread, SmolLM2's tokenizer, a tiny random model), the env and the rows of test_rollout.py
+from test_rollout import TurnsEnv, model, one_thread, samples, tok  # noqa: F401
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMOKE = os.path.join(ROOT, "configs", "smoke.yaml")
 MAX_NEW = 8
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny matmuls: one intra-op thread (a shared 2-core box runs 2 threads far slower under load)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return load_tokenizer("smollm2-135m-instruct")
-
-
-@pytest.fixture(scope="module")
-def model(tok):
-    torch.manual_seed(0)
-    m = Transformer(tiny_config("llama", tie=False, vocab_size=len(tok.hf))).eval()
-    with torch.no_grad():
-        for p in m.parameters():
-            if p.dim() == 2:  # small weights: near-flat logits, so sampling is diverse
-                torch.nn.init.normal_(p, std=0.02)
-    return m
-
-
-class Turns(Env):
-    """Ends after sample["turns"] steps; each observation names the step; reward 1 at the end."""
+class Turns(TurnsEnv):
+    """test_rollout's env (ends after sample["turns"] steps, observations name the step), counting closes."""
 
     closed = 0
 
-    def reset(self, sample):
-        self.turns, self.t = sample["turns"], 0
-        return Observation(messages=[{"role": "user", "content": sample["question"]}])
-
-    def step(self, action):
-        self.t += 1
-        if self.t >= self.turns:
-            return None, 1.0, True, {"final": True}
-        return Observation(messages=[{"role": "tool", "content": f"result {self.t}"}]), 0.0, False, {}
-
     def close(self):
         Turns.closed += 1
-
-
-def samples(turns):
-    return [{"id": f"s{i}", "question": f"Question {i}: what is {i} + {i}?", "answer": str(2 * i), "turns": k}
-            for i, k in enumerate(turns)]
 
 
 def make_loop(tok, model, slots, env_cls=Turns):
@@ -120,6 +78,37 @@ def test_paused_episodes_resume_token_exact_and_end_once(tok, model):
     plain = make_loop(tok, model, slots=4).run(data, n=2)
     first = {t.uid: t.steps[0].response_ids for t in seen}
     assert {t.uid: t.steps[0].response_ids for t in plain} == first
+
+
+def test_a_resumed_step_is_sampled_on_the_new_weights(tok, model):
+    """The paused episode's slot was freed, so its next step is prefilled and sampled by the weights of the run
+    that resumes it: its recorded logprobs are those of a full forward of the new weights, not the old ones."""
+    import copy
+
+    import torch
+
+    def logprobs(m, prompt, response):
+        ids = torch.tensor(prompt + response)
+        with torch.no_grad():
+            logits = m(ids, torch.arange(len(ids)), torch.tensor([0, len(ids)], dtype=torch.int32), len(ids))
+        lp = torch.log_softmax(logits[len(prompt) - 1:-1].float(), -1)
+        return lp.gather(-1, torch.tensor(response)[:, None])[:, 0]
+
+    m = copy.deepcopy(model)
+    loop = make_loop(tok, m, slots=2)
+    loop.run(samples([3]), n=1, carry_tokens=MAX_NEW)
+    [(_, traj, _)] = loop.carried
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    [t] = loop.run([], n=1, policy_version=1, carry_tokens=100)
+    assert t is traj and [s.policy_version for s in t.steps] == [0, 1, 1]
+    old = copy.deepcopy(model)
+    for k, s in enumerate(t.steps):
+        now = logprobs(m if k else old, s.prompt_ids, s.response_ids)
+        assert (now - torch.tensor(s.logprobs)).abs().max() < 1e-4, k
+    other = logprobs(old, t.steps[1].prompt_ids, t.steps[1].response_ids)
+    assert (other - torch.tensor(t.steps[1].logprobs)).abs().max() > 1e-2  # the two weights are told apart
 
 
 def test_which_episodes_pause_does_not_depend_on_the_slot_count(tok, model):
@@ -228,7 +217,8 @@ def episodes(run_dir, it):
     return load(iter_path(str(run_dir), it))
 
 
-@pytest.mark.parametrize("algo", [["algo.advantage=step_gae"], ["algo.advantage=grpo", "algo.lam=1.0", "algo.kl_coef=0"],
+@pytest.mark.parametrize("algo", [["algo.advantage=step_gae"],
+                                  ["algo.advantage=grpo", "algo.lam=1.0", "algo.kl_coef=0"],
                                   ["algo.advantage=step_gae", "train.overlap=1", "algo.policy_loss=decoupled_ppo"]])
 def test_the_trainer_carries_and_trains_what_ended(tmp_path, turns_task, algo):
     from r1.trainer import Trainer
