@@ -207,8 +207,9 @@ class Rollout:
     """0 = off. Else an episode that has sampled this many tokens in one rollout pauses at its next step boundary
     and resumes first in the next rollout, on that rollout's weights (r1/rollout.py): the rollout no longer lasts
     as long as its longest episode. Its steps keep the logprobs and policy_version that sampled them (decoupled
-    PPO weighs each token by them); critic-free estimators get whole groups. Paused episodes are lost when the
-    run ends, and run.resume refuses such a run."""
+    PPO weighs each token by them: it needs algo.policy_loss=decoupled_ppo, algo.tis_cap > 0 or
+    train.score_policy=sampler); critic-free estimators get whole groups. Paused episodes are lost when the run
+    ends, and run.resume refuses such a run."""
     sync_every: int = 0
     """Decode steps per chunk of the agent loop, between two collections on the host (stop checks, environment
     steps); 0 or auto = 4 on CUDA, where the next chunk is queued while the host works (r1/generate.py overlap),
@@ -889,6 +890,13 @@ def _validate_algo(cfg: Config, origin: dict, name, fail):
         raise ConfigError(f"config key {name('train.overlap')}={cfg.train.overlap} samples with the weights one "
                           f"update back: it needs algo.policy_loss=decoupled_ppo or algo.tis_cap > 0 to correct for "
                           f"them, got policy_loss={a.policy_loss} tis_cap={a.tis_cap}")
+    if cfg.rollout.carry_tokens and a.policy_loss != "decoupled_ppo" and not a.tis_cap \
+            and cfg.train.score_policy != "sampler":
+        raise ConfigError(f"config key {name('rollout.carry_tokens')}={cfg.rollout.carry_tokens} resumes paused "
+                          f"episodes on newer weights, so an episode's earlier steps come from older ones: it needs "
+                          f"algo.policy_loss=decoupled_ppo, algo.tis_cap > 0 or train.score_policy=sampler to "
+                          f"correct for them, got policy_loss={a.policy_loss} tis_cap={a.tis_cap} "
+                          f"score_policy={cfg.train.score_policy}")
     if cfg.train.overlap == 2 and cfg.model.lora_rank and cfg.model.lora_generator == "adapters":
         raise ConfigError(f"config key {name('train.overlap')}=2 (the rollout in a process of its own) copies full "
                           f"weights to that process, not LoRA adapters over a shared base: set "

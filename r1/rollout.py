@@ -43,6 +43,7 @@ A run without `carry` (evaluation) neither resumes nor disturbs what waits;
 `drop_carried()` ends it (a run that raised drops it too).
 """
 import threading
+import warnings
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 from r1.envs.base import Action
@@ -92,6 +93,7 @@ class AgentEnvLoop:
         overlap = getattr(self.gen, "overlap", False)  # a scripted generator in a test has none
         try:
             for env, traj, prompt in resumed:  # the paused episodes first, on this run's weights
+                traj.meta["rollouts"] = traj.meta.get("rollouts", 1) + 1  # saved with it: read in its record
                 self.live[traj.uid] = [env, traj, prompt]
                 self.gen.submit(traj.uid, prompt, self.max_new_tokens)
             resumed = []
@@ -131,11 +133,16 @@ class AgentEnvLoop:
         return self.done
 
     def drop_carried(self, also=()):
-        """Forget the paused episodes and the held groups (closing their environments, and those in `also`):
-        the trainer stops, or a run raised."""
-        for env in [env for env, _, _ in self.carried] + list(also):
-            env.close()
+        """Forget the paused episodes and the held groups, then close their environments and those in `also`
+        (the trainer stops, or a run raised); an environment whose close() raises is a warning, so that the
+        error that brought us here, and the rest of the closing, go on."""
+        envs = [env for env, _, _ in self.carried] + list(also)
         self.carried, self.held, self.group_left = [], {}, {}
+        for env in envs:
+            try:
+                env.close()
+            except Exception as e:  # noqa: BLE001 - the task's code
+                warnings.warn(f"an environment's close() raised {type(e).__name__}: {e}")
 
     def _ended(self, traj):
         """An episode ended: returned by this run, or (whole_groups) held until its group has ended."""

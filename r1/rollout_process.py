@@ -285,8 +285,10 @@ def _child(cfg: Config, model_cfg, slots: int, device: str, fraction: float, con
         try:
             msg = conn.recv()
         except EOFError:  # the trainer is gone
+            actor.loop.drop_carried()  # rollout.carry_tokens: the paused episodes' environments close
             return
         if msg[0] == "close":
+            actor.loop.drop_carried()
             return
         _, refreshes, rows, n, sampling, run = msg
         t0, c0 = time.time(), time.process_time()

@@ -271,8 +271,8 @@ class Trainer:
             credit = compute_credit(batch, algo)
         t_score, c_main = time.time() - t1, time.thread_time() - c1
         metrics = self.rollout_metrics(played)
-        if self.cfg.rollout.carry_tokens:  # episodes that paused in an earlier rollout (several policy versions)
-            spans = sum(len({s.policy_version for s in t.steps}) > 1 for t in played)
+        if self.cfg.rollout.carry_tokens:  # episodes that paused in an earlier rollout and resumed in a later one
+            spans = sum(t.meta.get("rollouts", 1) > 1 for t in played)
             counts = distributed.all_sum(torch.tensor([float(spans), float(len(played))]), d)
             metrics["carried_frac"] = float(counts[0] / counts[1].clamp(min=1))
         if algo.drop_uniform_groups:

@@ -4,8 +4,10 @@ the real SmolLM2 tokenizer: every episode ends exactly once, with every step, it
 pause (append policy: prompt_{t+1} = prompt_t + response_t + close + observation) and each step's policy_version
 the run that sampled it; which episodes pause does not depend on the slot count; whole_groups returns whole
 groups only; a run without carry (evaluation) leaves the paused episodes alone; a run that raised drops them.
-Then the trainer: the key reaches the loop (groups numbered per iteration), carried_frac is logged, a GRPO run
-trains whole groups, run.resume and a bad value are one-line config errors."""
+A resumed step's logprobs are those of the new weights. Then the trainer, synchronous and with the rollout in a
+thread or a process (train.overlap 1, 2): the key reaches the loop (groups numbered per iteration), carried_frac is
+logged and each record counts its rollouts (meta.rollouts), a GRPO run trains whole groups; run.resume, a bad value
+and carrying without a correction for the older steps are one-line config errors."""
 import json
 import os
 
@@ -14,7 +16,7 @@ from r1.config import ConfigError, load_config
 from r1.envs.base import Env, Observation
 from r1.generate import Generator, Sampling
 from r1.rollout import AgentEnvLoop
-from r1.tasks.registry import TASKS, Task, get_task, register_task
+from r1.tasks.registry import Task, get_task
 # the fixtures (one thread, SmolLM2's tokenizer, a tiny random model), the env and the rows of test_rollout.py
 from test_rollout import TurnsEnv, model, one_thread, samples, tok  # noqa: F401
 
@@ -73,7 +75,9 @@ def test_paused_episodes_resume_token_exact_and_end_once(tok, model):
             versions = [s.policy_version for s in t.steps]
             assert versions == sorted(versions) and versions[-1] == r  # each step: the run that sampled it
     spanning = [t for t in seen if len({s.policy_version for s in t.steps}) > 1]
-    assert spanning and all(len(t.steps) > 1 for t in spanning)
+    assert spanning
+    for t in seen:  # its record says in how many rollouts it played
+        assert t.meta.get("rollouts", 1) == len({s.policy_version for s in t.steps})
     # without carrying, the same loop plays the same first steps (the pause changes only what comes after it)
     plain = make_loop(tok, model, slots=4).run(data, n=2)
     first = {t.uid: t.steps[0].response_ids for t in seen}
@@ -195,16 +199,13 @@ class TaskTurns(Env):
         return Observation(messages=[{"role": "tool", "content": f"noted {self.t}"}]), 0.0, False, {}
 
 
-@pytest.fixture
-def turns_task():
-    synthetic = get_task("synthetic")
+def turns_env(cfg, tokenizer, tools):
+    return TaskTurns(tokenizer, max_context=cfg.env.max_context, max_new_tokens=cfg.rollout.max_new_tokens)
 
-    def env(cfg, tokenizer, tools):
-        return TaskTurns(tokenizer, max_context=cfg.env.max_context, max_new_tokens=cfg.rollout.max_new_tokens)
 
-    task = register_task(Task("carry_turns", synthetic.rows, env, tools=()), replace=True)
-    yield task.name
-    TASKS.pop(task.name, None)
+# data.task=test_carry:TURNS_TASK: a module's Task, so that the rollout process (train.overlap=2) imports it too
+TURNS_TASK = Task("carry_turns", get_task("synthetic").rows, turns_env, tools=())
+turns_task = "test_carry:TURNS_TASK"
 
 
 TINY = ["rollout.prompts=4", "rollout.n=2", "rollout.max_new_tokens=8", "data.train_size=16", "data.test_size=4",
@@ -217,10 +218,12 @@ def episodes(run_dir, it):
     return load(iter_path(str(run_dir), it))
 
 
-@pytest.mark.parametrize("algo", [["algo.advantage=step_gae"],
-                                  ["algo.advantage=grpo", "algo.lam=1.0", "algo.kl_coef=0"],
-                                  ["algo.advantage=step_gae", "train.overlap=1", "algo.policy_loss=decoupled_ppo"]])
-def test_the_trainer_carries_and_trains_what_ended(tmp_path, turns_task, algo):
+@pytest.mark.parametrize("algo", [["algo.advantage=step_gae", "algo.tis_cap=2.0"],
+                                  ["algo.advantage=grpo", "algo.lam=1.0", "algo.kl_coef=0",
+                                   "train.score_policy=sampler"],
+                                  ["algo.advantage=step_gae", "train.overlap=1", "algo.policy_loss=decoupled_ppo"],
+                                  ["algo.advantage=step_gae", "train.overlap=2", "algo.policy_loss=decoupled_ppo"]])
+def test_the_trainer_carries_and_trains_what_ended(tmp_path, algo):
     from r1.trainer import Trainer
 
     run = tmp_path / "run"
@@ -229,8 +232,9 @@ def test_the_trainer_carries_and_trains_what_ended(tmp_path, turns_task, algo):
     trainer.fit()
     lines = [json.loads(ln) for ln in open(run / "metrics.jsonl") if ln.strip()]
     assert len(lines) == 4 and all("carried_frac" in m for m in lines)
-    assert lines[0]["carried_frac"] == 0 and max(m["carried_frac"] for m in lines) > 0
-    whole, lag = algo[0] == "algo.advantage=grpo", int("train.overlap=1" in algo)  # overlap: one version back
+    assert lines[1]["carried_frac"] > 0  # episodes paused in the first rollout ended in the second
+    whole = algo[0] == "algo.advantage=grpo"
+    lag = int("train.overlap=1" in algo or "train.overlap=2" in algo)  # overlap: one version back
     uids = []
     for it in range(1, 5):
         eps = episodes(run, it)
@@ -243,18 +247,25 @@ def test_the_trainer_carries_and_trains_what_ended(tmp_path, turns_task, algo):
             versions = [s.policy_version for s in e.steps]
             assert versions == sorted(versions) and versions[0] == max(start - lag, 0)
             assert versions[-1] == max(it - 1 - lag, 0)
+            assert e.meta.get("rollouts", 1) == it - start  # from iteration start's rollout to iteration it's
         if whole:
             assert all(v == 2 for v in groups.values())
     assert len(uids) == len(set(uids))  # no episode trained twice
 
 
-def test_resume_and_a_bad_value_are_config_errors(tmp_path, turns_task):
+def test_resume_a_bad_value_and_no_correction_are_config_errors(tmp_path):
     with pytest.raises(ConfigError, match="rollout.carry_tokens"):
         load_config(SMOKE, [f"run.dir={tmp_path / 'bad'}", "rollout.carry_tokens=-1"])
+    # plain PPO, no weight, old logprobs scored on today's weights: the older steps would pass as on-policy
+    with pytest.raises(ConfigError, match=r"'rollout.carry_tokens' \(command line\)=8 resumes paused episodes on "
+                                          r"newer weights.*policy_loss=ppo tis_cap=0.0 score_policy=auto"):
+        load_config(SMOKE, [f"run.dir={tmp_path / 'bad'}", "rollout.carry_tokens=8", "algo.policy_loss=ppo",
+                            "algo.tis_cap=0"])
     from r1.trainer import Trainer
 
     run = tmp_path / "run"
-    base = [f"run.dir={run}", f"data.task={turns_task}", *TINY, "train.steps=1", "log.trajectories=false"]
-    Trainer(load_config(SMOKE, [*base, "rollout.carry_tokens=8"])).fit()
+    base = [f"run.dir={run}", f"data.task={turns_task}", *TINY, "train.steps=1", "log.trajectories=false",
+            "rollout.carry_tokens=8", "algo.tis_cap=2.0"]
+    Trainer(load_config(SMOKE, base)).fit()
     with pytest.raises(ConfigError, match=r"'rollout.carry_tokens'=8: run.resume cannot continue .* exactly"):
-        Trainer(load_config(SMOKE, [*base, "rollout.carry_tokens=8", "run.resume=true", "train.steps=2"]))
+        Trainer(load_config(SMOKE, [*base, "run.resume=true", "train.steps=2"]))
