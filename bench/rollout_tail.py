@@ -93,11 +93,11 @@ def tail(per_file: list, batch: int, draws: int, seed: int, carry: int = 0) -> d
         out["batches_are"] = "random draws"
     out["batches"] = [fill([sum(turns) for turns in eps]) for eps in played]
     if carry:
-        parts = [stretches(turns, carry) for turns in episodes]
-        out["carry"] = {"tokens": carry, "paused_frac": sum(len(p) > 1 for p in parts) / len(parts),
-                        "longest_stretch": max(max(p) for p in parts)}
+        parts = {id(turns): stretches(turns, carry) for turns in episodes}  # a batch holds these same lists
+        out["carry"] = {"tokens": carry, "paused_frac": sum(len(p) > 1 for p in parts.values()) / len(parts),
+                        "longest_stretch": max(max(p) for p in parts.values())}
         for b, eps in zip(out["batches"], played):
-            b["longest_stretch"] = max(max(stretches(turns, carry)) for turns in eps)
+            b["longest_stretch"] = max(max(parts[id(turns)]) for turns in eps)
             b["stretch_of_longest"] = b["longest_stretch"] / max(b["longest"], 1)
     return out
 

@@ -223,8 +223,9 @@ class AgentEnvLoop:
             self.gen.release(c.key)
             env.close()  # whatever ended it (answer, max_steps, context budget): the env frees what it holds
             return
-        spent = self.spent[c.key] = self.spent.get(c.key, 0) + len(c.token_ids)
-        if self.carry and spent >= self.carry:  # paused: the next run resumes it, on its own weights
+        if self.carry:  # counted only when carrying: nothing added to the loop's step otherwise
+            self.spent[c.key] = self.spent.get(c.key, 0) + len(c.token_ids)
+        if self.carry and self.spent[c.key] >= self.carry:  # paused: the next run resumes it, on its own weights
             del self.live[c.key]
             self.gen.release(c.key)
             self.carried.append([env, traj, nxt])
