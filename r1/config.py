@@ -108,6 +108,9 @@ class Model:
     """For model.path=tiny: hidden size."""
     critic_path: str | None = None
     """Critic initialisation: None = the policy's weights (with a fresh value head)."""
+    critic_layers: int = 0
+    """The critic's depth: 0 = every block of its model; k = its first k blocks (then the final norm and the
+    value head). A shallower critic costs proportionally less in scoring and in the update."""
     ref_path: str | None = None
     """Reference policy for KL: None = the initial policy weights."""
     lora_rank: int = 0
@@ -416,6 +419,7 @@ AUTO_ZERO = ("rollout.slots", "train.micro_tokens", "rollout.sync_every")
 # Inclusive (low, high) bounds, None = open. Strict bounds and rules over two keys are in validate().
 BOUNDS = {
     "model.tiny_layers": (1, None), "model.tiny_hidden": (1, None), "model.lora_rank": (0, None),
+    "model.critic_layers": (0, None),
     "model.lora_dropout": (0.0, 0.99),
     "data.level": (1, None), "data.train_size": (0, None), "data.test_size": (0, None),
     "data.val_size": (0, None), "data.sft_level": (0, None),
@@ -440,7 +444,7 @@ BOUNDS = {
 # Upper bounds on sizes, far above any real run (a 1M-token context, 64k slots) but low enough that a typo
 # (`rollout.slots=10000000000`) is a config error naming the key instead of an allocation failure later.
 HUGE = 2**20
-for _key, _high in {"model.tiny_layers": 1024, "model.tiny_hidden": 65536, "data.level": 1000, "data.sft_level": 1000,
+for _key, _high in {"model.tiny_layers": 1024, "model.critic_layers": 1024, "model.tiny_hidden": 65536, "data.level": 1000, "data.sft_level": 1000,
                     "data.train_size": 10**9, "data.test_size": 10**9, "data.val_size": 10**9, "env.max_steps": 100_000,
                     "env.max_context": HUGE, "rollout.prompts": HUGE, "rollout.n": 65536,
                     "rollout.max_new_tokens": HUGE, "rollout.top_k": HUGE, "rollout.slots": 65536,
@@ -851,27 +855,32 @@ def _validate_algo(cfg: Config, origin: dict, name, fail):
     `algo.advantage=grpo`); then the base's setting is dormant, and a warning
     names it.
     """
-    a, default = cfg.algo, Algo()
+    a, defaults = cfg.algo, Config()
     estimator, loss = ESTIMATORS[a.advantage], POLICY_LOSSES[a.policy_loss]
 
     def refuse_unread(keys, read, choice_key, chosen):
         for k in keys:
-            if k in read or getattr(a, k) == getattr(default, k):
+            if k in read or get(cfg, k) == get(defaults, k):
                 continue
-            msg = f"config key {name('algo.' + k)} does not apply to {chosen}"
-            where, choice_where = origin.get("algo." + k), origin.get(choice_key)
+            msg = f"config key {name(k)} does not apply to {chosen}"
+            where, choice_where = origin.get(k), origin.get(choice_key)
             if choice_where is not None and where not in (None, COMMAND_LINE) and where != choice_where:
                 warnings.warn(f"{msg}{choice_where}; ignored", stacklevel=4)
                 continue
-            raise ConfigError(f"{msg}; remove it or set it to its default {getattr(default, k)!r}, "
-                              f"got {getattr(a, k)!r}")
+            raise ConfigError(f"{msg}; remove it or set it to its default {get(defaults, k)!r}, "
+                              f"got {get(cfg, k)!r}")
+
+    def algo_keys(names):
+        return ["algo." + k for k in names]
 
     chosen = f"algo.advantage={a.advantage}"
-    refuse_unread(sorted({k for e in ESTIMATORS.values() for k in e.keys}), estimator.keys, "algo.advantage", chosen)
-    refuse_unread(CRITIC_KEYS, CRITIC_KEYS if estimator.needs_critic else (), "algo.advantage", f"{chosen} (no critic)")
-    refuse_unread(sorted({k for p in POLICY_LOSSES.values() for k in p.keys}), loss.keys, "algo.policy_loss",
-                  f"algo.policy_loss={a.policy_loss}")
-    if "reward_level" in estimator.keys and a.reward_level == "trajectory" and a.gamma != default.gamma:
+    refuse_unread(algo_keys(sorted({k for e in ESTIMATORS.values() for k in e.keys})), algo_keys(estimator.keys),
+                  "algo.advantage", chosen)
+    critic_keys = algo_keys(CRITIC_KEYS) + ["model.critic_layers"]
+    refuse_unread(critic_keys, critic_keys if estimator.needs_critic else (), "algo.advantage", f"{chosen} (no critic)")
+    refuse_unread(algo_keys(sorted({k for p in POLICY_LOSSES.values() for k in p.keys})), algo_keys(loss.keys),
+                  "algo.policy_loss", f"algo.policy_loss={a.policy_loss}")
+    if "reward_level" in estimator.keys and a.reward_level == "trajectory" and a.gamma != defaults.algo.gamma:
         raise ConfigError(f"config key {name('algo.gamma')} discounts step rewards: it needs algo.reward_level=step "
                           f"with {chosen} (a trajectory's score is its undiscounted total), got {a.gamma!r}")
     if a.policy_loss in ("ppo", "decoupled_ppo") and a.clip_low >= 1:

@@ -16,7 +16,7 @@ import shutil
 from dataclasses import dataclass, field
 
 from r1.config import Config, ConfigError
-from r1.memory import GiB, lora_param_count, lora_shapes, param_count, roles, rollout_dtype_bytes
+from r1.memory import GiB, critic_config, lora_param_count, lora_shapes, param_count, roles, rollout_dtype_bytes
 
 ENTRY_BYTES = 2048  # a tensor a rank writes: torch.save's header in the .distcp file (~1.6 KB) and its .metadata entry
 STATE_ENTRIES = 20  # an optimizer's parameter-group fields and a scheduler's, stored as byte items by DCP
@@ -61,11 +61,11 @@ def checkpoint_bytes(cfg: Config, mc, world: int) -> int:
     if m.lora_rank:
         n = lora_checkpoint_bytes(mc, m.lora_rank, m.lora_targets, world)
         if roles(cfg)["critic"]:
-            n += lora_checkpoint_bytes(mc, m.lora_rank, m.lora_targets, world, value_head=True)
+            n += lora_checkpoint_bytes(critic_config(cfg, mc), m.lora_rank, m.lora_targets, world, value_head=True)
         return n + FILE_BYTES * (world + 1)
     n = model_checkpoint_bytes(mc, world)
     if roles(cfg)["critic"]:
-        n += model_checkpoint_bytes(mc, world, value_head=True)
+        n += model_checkpoint_bytes(critic_config(cfg, mc), world, value_head=True)
     return n + FILE_BYTES * (world + 1)
 
 

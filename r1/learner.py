@@ -30,7 +30,7 @@ from r1 import distributed, lora
 from r1.algos.estimators import ESTIMATORS
 from r1.algos.losses import aggregate, entropy_bonus, kl_penalty, value_loss
 from r1.algos.policy_losses import POLICY_LOSSES, PolicyInputs
-from r1.config import Config
+from r1.config import Config, ConfigError
 from r1.credit import Credit
 from r1.model import Transformer
 from r1.packing import Plan, filler
@@ -51,6 +51,7 @@ def build_models(cfg: Config, tok, device) -> tuple:
                              seed=cfg.run.seed)
         if cfg.model.path == "tiny" and not cfg.model.critic_path:  # same init as the policy body
             critic.model.load_state_dict(policy.model.state_dict())
+        critic = first_layers(critic, cfg.model.critic_layers, cfg.model.critic_path or cfg.model.path)
     if cfg.algo.kl_coef > 0:
         ref = build_model(cfg.model.ref_path or cfg.model.path, cfg, tok, device, seed=cfg.run.seed)
         if cfg.model.path == "tiny" and not cfg.model.ref_path:
@@ -73,6 +74,7 @@ def lora_models(cfg: Config, tok, device) -> tuple:
         with torch.device("meta"):
             critic = Transformer(policy.cfg, value_head=True)
         lora.share_body(critic, policy)
+        critic = first_layers(critic, m.critic_layers, m.path)
         critic.score = torch.nn.Linear(policy.cfg.hidden_size, 1, device=device)
         if m.path == "tiny":  # build_model's tiny init
             torch.nn.init.normal_(critic.score.weight, std=0.02)
@@ -83,6 +85,20 @@ def lora_models(cfg: Config, tok, device) -> tuple:
     if critic is not None:
         lora.add_adapters(critic, m.lora_rank, m.lora_alpha, m.lora_targets, m.lora_dropout)
     return policy, critic, None
+
+
+def first_layers(critic: Transformer, k: int, path: str) -> Transformer:
+    """The critic cut to its first k blocks (model.critic_layers; 0 = all), its final norm and value head kept:
+    the values are read from the residual stream at depth k. The blocks dropped are freed here, before any
+    optimizer, precision copy or FSDP wrapper sees them, so a checkpoint and a resume hold the same k."""
+    n = len(critic.model.layers)
+    if not k or k == n:
+        return critic
+    if k > n:
+        raise ConfigError(f"config key 'model.critic_layers'={k}: the critic's model ({path}) has {n} layers")
+    critic.model.layers = critic.model.layers[:k]
+    critic.cfg = critic.cfg.replace(num_layers=k)
+    return critic
 
 
 class Learner:

@@ -276,6 +276,17 @@ def roles(cfg: Config) -> dict:
             "ref": trains and cfg.algo.kl_coef > 0, "generator": rl}
 
 
+def critic_config(cfg: Config, mc):
+    """The critic's shape: the policy's, cut to its first model.critic_layers blocks (r1/learner.first_layers).
+    A depth the policy's model has not is refused here, at the plan, before any weight loads (a critic from
+    model.critic_path has its own depth, which r1/learner.first_layers checks when it loads)."""
+    k = cfg.model.critic_layers
+    if k > mc.num_layers and not cfg.model.critic_path:
+        raise ConfigError(f"config key 'model.critic_layers'={k}: the model ({cfg.model.path}) has {mc.num_layers} "
+                          f"layers")
+    return mc.replace(num_layers=min(k, mc.num_layers)) if k else mc
+
+
 def slots_needed(cfg: Config, world: int) -> int:
     """Rows an iteration (or an evaluation) runs at once on one rank: more slots would never be used."""
     per_rank = lambda n: -(-n // world)  # noqa: E731  ceil
@@ -294,7 +305,7 @@ def estimate(cfg: Config, mc, world: int, device_type: str, capacity: int, devic
     p = precision(device_type, world, copy16)
     g = rollout_dtype_bytes(cfg, device_type)
     cache_len = cfg.rollout.cache_len or cfg.env.max_context
-    P, Pc = param_count(mc), param_count(mc, value_head=True)
+    P, Pc = param_count(mc), param_count(critic_config(cfg, mc), value_head=True)
     shard = f", sharded /{world}" if world > 1 else ""
     per_param = 16 if training else 4  # fp32 params (+ fp32 grads + AdamW's two fp32 moments)
     what = "params+grads+adam" if training else "params"
@@ -305,11 +316,14 @@ def estimate(cfg: Config, mc, world: int, device_type: str, capacity: int, devic
         items["base"], notes["base"] = (2 if device_type == "cuda" else 4) * P, "frozen, shared, reference too"
         items["policy"], notes["policy"] = per_param * A, f"rank-{rank} adapters: params+grads+adam"
         if r["critic"]:
-            items["critic"], notes["critic"] = per_param * (A + mc.hidden_size + 1), "adapters+value head"
+            Ac = lora_param_count(critic_config(cfg, mc), rank, cfg.model.lora_targets)
+            items["critic"], notes["critic"] = per_param * (Ac + mc.hidden_size + 1), "adapters+value head"
     else:
         items["policy"], notes["policy"] = per_param * P // world, what + shard
         if r["critic"]:
             items["critic"], notes["critic"] = per_param * Pc // world, what + shard
+        if r["critic"] and cfg.model.critic_layers and cfg.model.critic_layers < mc.num_layers:
+            notes["critic"] += f", {cfg.model.critic_layers} of {mc.num_layers} blocks"
         if r["ref"]:
             items["ref"], notes["ref"] = 4 * P // world, "params" + shard
     adapters = bool(rank) and cfg.model.lora_generator == "adapters"
