@@ -49,7 +49,7 @@ except ImportError:  # pragma: no cover - depends on the machine
     triton_sample = None
 
 STOP_WINDOW = 16  # tokens re-decoded before new ones when matching stop strings
-BUCKETS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+BUCKETS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 640, 768, 1024)  # r1/memory.py SLOT_STEPS
 
 
 @dataclass

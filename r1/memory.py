@@ -63,8 +63,11 @@ MAX_MICRO_TOKENS = 16384
 # wants fits beside them without activation checkpointing. A small model's update is bound by the host
 # launching its ops, and fewer, longer micro-batches launch fewer ops (docs/LOG.md).
 BIG_MICRO_TOKENS = 65536
-MAX_SLOTS = 512  # the largest CUDA-graph bucket of r1/generate.py: more rows would capture a graph per batch size
-SLOT_STEPS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512)  # r1/generate.py BUCKETS
+MAX_SLOTS = 512  # slots on auto: a batch of 512 episodes at once (64 prompts x 8), the recipes' largest
+SLOT_STEPS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 640, 768, 1024)  # r1/generate.py BUCKETS
+# (CUDA-graph buckets: past the largest, a graph would be captured per batch size)
+CARRY_HEADROOM = 4  # rollout.carry_tokens: paused episodes resume first, so auto gives a quarter more slots than
+# the new episodes need (22% of the fast recipe's episodes spanned two rollouts at 200 tokens, docs/results/ablation4)
 MIN_AUTO_SLOTS = 64  # auto slots kept free while picking the update's settings (if the iteration needs that many)
 LOGPROB_CHUNK = 4096  # kernels/logprob.py default chunk_size
 PREFILL_TOKENS = 8192  # r1/generate.py Generator default prefill_tokens
@@ -291,9 +294,13 @@ def slots_needed(cfg: Config, world: int) -> int:
     """Rows an iteration (or an evaluation) runs at once on one rank: more slots would never be used."""
     per_rank = lambda n: -(-n // world)  # noqa: E731  ceil
     need = per_rank(cfg.rollout.prompts) * cfg.rollout.n if cfg.train.steps > 0 else 0
+    cap = MAX_SLOTS
+    if need and cfg.rollout.carry_tokens:  # the resumed episodes beside a whole batch of new ones
+        need += -(-need // CARRY_HEADROOM)
+        cap += MAX_SLOTS // CARRY_HEADROOM
     if cfg.train.steps == 0 or cfg.eval.every:
         need = max(need, per_rank(cfg.eval.limit) * cfg.eval.n if cfg.eval.limit else MAX_SLOTS)
-    return max(1, min(need, MAX_SLOTS))
+    return max(1, min(need, cap))
 
 
 def estimate(cfg: Config, mc, world: int, device_type: str, capacity: int, device: str = "",
@@ -396,7 +403,7 @@ def estimate(cfg: Config, mc, world: int, device_type: str, capacity: int, devic
             decode += slots * cache_len * (2 * kd * g + 4 * mc.num_heads)
         graphs = 0
         if device_type == "cuda":  # a private pool per captured batch-size bucket
-            rows = sum(b for b in SLOT_STEPS if b <= slots) + (slots if slots > MAX_SLOTS else 0)
+            rows = sum(b for b in SLOT_STEPS if b <= slots) + (slots if slots > SLOT_STEPS[-1] else 0)
             graphs = rows * (V * g + 4 * h * 4 + 3 * i * g)
             graphs += prefill + T * h * g  # prefill chunks in graphs (r1/chunk_graphs.py): one shared pool + output
         if graphs:  # graph pools stay reserved through the update too

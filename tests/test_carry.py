@@ -269,3 +269,22 @@ def test_resume_a_bad_value_and_no_correction_are_config_errors(tmp_path):
     Trainer(load_config(SMOKE, base)).fit()
     with pytest.raises(ConfigError, match=r"'rollout.carry_tokens'=8: run.resume cannot continue .* exactly"):
         Trainer(load_config(SMOKE, [*base, "run.resume=true", "train.steps=2"]))
+
+
+def test_auto_slots_leave_room_for_the_resumed_episodes():
+    """Paused episodes resume first, so a batch of new ones beside them needs more slots than the batch: auto gives
+    a quarter more (r1/memory.CARRY_HEADROOM), past the 512 a batch alone gets, in a CUDA-graph bucket (640)."""
+    from r1 import memory
+    from r1.generate import BUCKETS
+    from r1.model import ModelConfig
+
+    fast = "configs/gsm8k_tool_30min_fast.yaml"
+    assert memory.slots_needed(load_config(fast, []), 1) == 512
+    carrying = load_config(fast, ["rollout.carry_tokens=200"])
+    assert memory.slots_needed(carrying, 1) == 640 and 640 in BUCKETS and BUCKETS == memory.SLOT_STEPS
+    assert memory.slots_needed(load_config(fast, ["rollout.carry_tokens=200", "eval.every=0"]), 2) == 320  # a rank's
+    assert memory.slots_needed(carrying, 2) == 512  # its validation reads (500 problems, eval.limit=0) take more
+    assert memory.slots_needed(load_config(fast, ["rollout.carry_tokens=200", "rollout.prompts=128"]), 1) == 640
+    assert memory.slots_needed(load_config(SMOKE, ["rollout.carry_tokens=8", "algo.tis_cap=2"]), 1) == 8 + 2
+    plan = memory.plan(carrying, ModelConfig(), 1, "cuda", int(139.8 * 2 ** 30))
+    assert plan.fits and plan.slots == 640
