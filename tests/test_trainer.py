@@ -176,15 +176,20 @@ def test_two_processes_match_one(tmp_path, tok_dir):
     wb = load_file(os.path.join(two, "hf", "model.safetensors"))
     for k in wa:
         assert (wa[k] - wb[k]).abs().max() < 1e-5, k
-    # r1/disk.py's estimate of a checkpoint sharded over 2 ranks (each rank's files, metadata, RNG)
+    check_disk_estimate(two, "iter_000002")
+
+
+def check_disk_estimate(run_dir: str, name: str, world: int = 2):
+    """r1/disk.py's estimate of a checkpoint sharded over `world` ranks (each rank's files, metadata, RNG) bounds
+    the checkpoint folder `name` of run_dir within 0.5%."""
     from r1 import disk
     from r1.model import ModelConfig
 
-    with open(os.path.join(two, "hf", "config.json")) as f:
+    with open(os.path.join(run_dir, "hf", "config.json")) as f:
         mc = ModelConfig.from_hf(json.load(f))
-    folder = os.path.join(two, "checkpoints", "iter_000002")
+    folder = os.path.join(run_dir, "checkpoints", name)
     written = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder))
-    est = disk.checkpoint_bytes(load_config(os.path.join(two, "config.yaml")), mc, world=2)
+    est = disk.checkpoint_bytes(load_config(os.path.join(run_dir, "config.yaml")), mc, world=world)
     assert written <= est < 1.005 * written, (est, written)
 
 
