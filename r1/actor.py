@@ -53,7 +53,8 @@ class Actor:
     def __init__(self, cfg: Config, tok, model, slots: int, d):
         self.cfg, self.tok, self.model, self.d = cfg, tok, model, d
         cache_len = cfg.rollout.cache_len or cfg.env.max_context
-        self.gen = Generator(model, slots, cache_len, stop_ids=tok.stop_ids, cuda_graphs=d.device.type == "cuda")
+        self.gen = Generator(model, slots, cache_len, stop_ids=tok.stop_ids, cuda_graphs=d.device.type == "cuda",
+                             share_prompt=cfg.rollout.share_prompt)
         self.loop = AgentEnvLoop(self.gen, tok, make_env(cfg, tok), cfg.rollout.max_new_tokens,
                                  sync_every=cfg.rollout.sync_every or None)
 

@@ -203,7 +203,8 @@ class Rollout:
     """Top-k sampling (0 = off); same logprob rule as top_p."""
     slots: int = 0
     """Concurrent rows in the generator's KV cache (continuous batching); 0 or auto = as many as fit in memory
-    (r1/memory.py), at most what an iteration runs at once (prompts x n per rank) and 512."""
+    (r1/memory.py), at most what an iteration runs at once (prompts x n per rank; a quarter more with carry_tokens,
+    whose resumed episodes start first) and 512 (640 with carry_tokens)."""
     cache_len: int = 0
     """KV cache positions per slot (0 = env.max_context)."""
     carry_tokens: int = 0
@@ -213,6 +214,10 @@ class Rollout:
     PPO weighs each token by them: it needs algo.policy_loss=decoupled_ppo, algo.tis_cap > 0 or
     train.score_policy=sampler); critic-free estimators get whole groups. Paused episodes are lost when the run
     ends, and run.resume refuses such a run."""
+    share_prompt: bool = False
+    """Identical prompts admitted together (a group's samples) are prefilled once: one row's forward, its keys
+    and values copied into the others' slots, its last hidden state their first token's logits (each row samples
+    with its own noise). false = every row prefills its own prompt (the reference)."""
     sync_every: int = 0
     """Decode steps per chunk of the agent loop, between two collections on the host (stop checks, environment
     steps); 0 or auto = 4 on CUDA, where the next chunk is queued while the host works (r1/generate.py overlap),

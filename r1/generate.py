@@ -17,6 +17,11 @@ attention call differs: a cache instead of packed sequences).
   one is in flight and finish(keep=1) collects the older one, so the GPU
   never waits for the host's work between chunks. Tokens a finished row
   decodes in the newer chunk are dropped and never read.
+- Shared prompts (share_prompt, off by default): new rows admitted together with
+  identical prompts (a group's samples) are prefilled once; the others copy
+  the first's cache rows and last hidden state, then sample with their own
+  noise (docs/LOG.md: a rollout of 512 GSM8K episodes forwards 23,500 prompt
+  tokens instead of 187,600).
 - Mixed steps (CUDA; R1_MIX=0 off): observations appended to live rows are
   prefilled inside the first decode step of a chunk, one forward for both.
 - CUDA graphs for decode (per batch bucket) and prefill chunks
@@ -182,7 +187,7 @@ class Generator:
     def __init__(self, model: Transformer, slots: int, max_len: int, stop_ids=(), stop_strings=(), decode=None,
                  sampling: Sampling | None = None, sync_every: int | None = None, prefill_tokens: int = 8192,
                  cuda_graphs: bool = False, fuse: bool | None = None, overlap: bool | None = None,
-                 mix: bool | None = None):
+                 mix: bool | None = None, share_prompt: bool = False):
         if max_len < 2 or slots < 1 or prefill_tokens < 1:
             raise ValueError(f"generator needs slots >= 1, max_len >= 2 and prefill_tokens >= 1, got slots={slots} "
                              f"max_len={max_len} prefill_tokens={prefill_tokens}")
@@ -215,6 +220,7 @@ class Generator:
         if mix is None:  # continuations prefilled in the first decode step of their chunk: CUDA (R1_MIX=0 off)
             mix = self.device.type == "cuda" and switch("R1_MIX")
         self.mix = mix
+        self.share_prompt = share_prompt  # identical new prompts of one admission prefilled once (_admit)
         # Steps per chunk (launch(steps) overrides it: the agent loop takes shorter chunks, r1/rollout.py).
         self.sync_every = sync_every or (16 if self.device.type == "cuda" else 1)
         self.last_tok = torch.zeros(slots + 1, dtype=torch.long, device=self.device)  # each slot's token to feed
@@ -377,15 +383,16 @@ class Generator:
             starts = rest
         if not starts:
             return [], None, joining
+        prefill, copies = self._share_prompts(starts) if self.share_prompt else (starts, [])
         # Prefill the uncached part of each prompt, packed, in chunks of a token budget. New prompts and
         # continuations (rows whose cache holds a prefix) go in separate batches: new prompts alone take
         # the packed training kernel (CacheStep.fresh), continuations the batched cache path.
-        todo = {id(r): r.pos for r in starts}
+        todo = {id(r): r.pos for r in prefill}
         last_hidden = {}
         while todo:
             batch, budget = [], self.prefill_tokens
-            fresh = next(todo[id(r)] for r in starts if id(r) in todo) == 0  # this batch's kind
-            for r in starts:
+            fresh = next(todo[id(r)] for r in prefill if id(r) in todo) == 0  # this batch's kind
+            for r in prefill:
                 done = todo.get(id(r))
                 if done is None or (done == 0) != fresh or budget <= 0:
                     continue
@@ -405,6 +412,10 @@ class Generator:
                 picked = h.index_select(0, self._to_device([e for _, e in finished]))
                 for k, (r, _) in enumerate(finished):
                     last_hidden[id(r)] = picked[k]
+        for lead, rows in copies:  # after the leader's prefill on the same stream: its cache is written
+            self._copy_prefix(lead, rows)
+            for r in rows:
+                last_hidden[id(r)] = last_hidden[id(lead)]
         logits = self.model.head(torch.stack([last_hidden[id(r)] for r in starts]))  # model dtype: sample upcasts
         meta = self._to_device([[r.seed for r in starts], [len(r.prompt) for r in starts], [r.slot for r in starts]])
         tok, lp = sample(logits, self.sampling, meta[0], meta[1])
@@ -414,6 +425,27 @@ class Generator:
             self.cached[r.slot] = list(r.prompt)
             self.running[r.slot] = r
         return starts, (tok, lp), joining
+
+    @staticmethod
+    def _share_prompts(starts):
+        """(rows to prefill, [(leader row, rows that copy it)]): of the new rows (nothing cached) with identical
+        prompts, the first is prefilled and the others take its cache and last hidden state."""
+        prefill, lead = [], {}
+        for r in starts:
+            if r.pos == 0:
+                group = lead.setdefault(tuple(r.prompt), (r, []))
+                if group[0] is not r:
+                    group[1].append(r)
+                    continue
+            prefill.append(r)
+        return prefill, [g for g in lead.values() if g[1]]
+
+    def _copy_prefix(self, lead, rows):
+        """The leader's keys and values at its prompt's positions into the rows' slots, every layer at once."""
+        n = len(lead.prompt)
+        dst = self._to_device([r.slot for r in rows])
+        for t in (self.cache.k, self.cache.v):
+            t[:, dst, :n] = t[:, lead.slot: lead.slot + 1, :n]
 
     def _row_seed(self, key) -> int:
         """A stable 62-bit seed from the sampling seed and the request key (not Python's salted hash)."""
