@@ -41,7 +41,7 @@ activation checkpointing (off when micro-batches of at least 4096 tokens fit
 without it; recomputing every block costs about a third more update time, a
 smaller micro-batch little until it gets small), keeping room for up to 64
 slots; then KV-cache slots (as many as fit, up to what an iteration runs at
-once and 512, rounded down to a CUDA-graph bucket). An explicit setting that
+once and 512 (640 with rollout.carry_tokens), rounded down to a CUDA-graph bucket). An explicit setting that
 cannot fit is refused with one line naming the key to change and the numbers.
 
 The saved-activation count is checked byte for byte against autograd's
@@ -403,7 +403,8 @@ def estimate(cfg: Config, mc, world: int, device_type: str, capacity: int, devic
             decode += slots * cache_len * (2 * kd * g + 4 * mc.num_heads)
         graphs = 0
         if device_type == "cuda":  # a private pool per captured batch-size bucket
-            rows = sum(b for b in SLOT_STEPS if b <= slots) + (slots if slots > SLOT_STEPS[-1] else 0)
+            # every bucket up to the one a full batch of `slots` rows pads to (r1/generate.py _decode_launch)
+            rows = sum(b for b in SLOT_STEPS if b < slots) + next((b for b in SLOT_STEPS if b >= slots), slots)
             graphs = rows * (V * g + 4 * h * 4 + 3 * i * g)
             graphs += prefill + T * h * g  # prefill chunks in graphs (r1/chunk_graphs.py): one shared pool + output
         if graphs:  # graph pools stay reserved through the update too
@@ -412,7 +413,9 @@ def estimate(cfg: Config, mc, world: int, device_type: str, capacity: int, devic
         notes["rollout"] = "weight sync" if sync >= max(prefill, decode) else "prefill + sampling"
     build = 0
     if world > 1:  # r1/learner.py builds each model whole (fp32, and the generator's copy) before sharding
-        build = 4 * P * (1 + r["ref"]) + (4 * Pc if r["critic"] else 0) + (g * P if r["generator"] else 0)
+        # (the critic whole too: model.critic_layers cuts it after it is built, r1/learner.first_layers)
+        build = 4 * P * (1 + r["ref"]) + (4 * param_count(mc, value_head=True) if r["critic"] else 0) + \
+            (g * P if r["generator"] else 0)
     if rank and r["generator"]:  # the generator's copy is built in float32 beside the base, then cast
         build = items["base"] + 4 * P
     return Plan(device or device_type, capacity, world, slots, cache_len, micro_tokens, checkpointing, training,

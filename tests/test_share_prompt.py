@@ -32,9 +32,9 @@ def counted(gen):
     seen = []
     forward = gen._forward_chunk
 
-    def chunk(items):
+    def chunk(items, dev_ids=None):
         seen.extend(len(ids) for _, _, ids in items)
-        return forward(items)
+        return forward(items, dev_ids)
 
     gen._forward_chunk = chunk
     return seen
@@ -135,9 +135,10 @@ def test_the_config_key_reaches_the_loops_generator(tmp_path):
 @pytest.mark.gpu
 def test_on_cuda_with_graphs_the_followers_hold_the_leaders_rows():
     """The same on the GPU, prefill chunks and decode in CUDA graphs, a chunk in flight while the next is queued
-    (R1_OVERLAP's default): the followers' cache rows are the leader's, bit for bit, after a few chunks, and the
-    first tokens' logprobs are the unshared run's within float32 rounding."""
-    model = tiny().cuda()
+    (R1_OVERLAP's default), in bf16 (prefill graphs need a half-precision model): the leader's hidden state is read
+    out of a graph's output buffer; the followers' cache rows are the leader's, bit for bit, after a few chunks,
+    and the first tokens' logprobs are the unshared run's within bf16 rounding."""
+    model = tiny().cuda().to(torch.bfloat16)
     p = prompts()
     firsts = []
     for share in (False, True):
@@ -148,10 +149,13 @@ def test_on_cuda_with_graphs_the_followers_hold_the_leaders_rows():
         out = {}
         while gen.busy():
             out.update((c.key, c) for c in gen.step())
-        firsts.append([out[i].logprobs[0] for i in range(len(p))])
+        firsts.append([(out[i].token_ids[0], out[i].logprobs[0]) for i in range(len(p))])
+        assert gen.chunk_graphs.calls["graph"] > 0  # the prefill ran in a captured graph
         if share:
             for i, q in enumerate(p):
                 lead = p.index(q)
                 for t in (gen.cache.k, gen.cache.v):
                     assert torch.equal(t[:, gen.owner[i], :len(q)], t[:, gen.owner[lead], :len(q)])
-    assert torch.allclose(torch.tensor(firsts[0]), torch.tensor(firsts[1]), atol=1e-4)
+    same = [(a[1], b[1]) for a, b in zip(*firsts) if a[0] == b[0]]  # bf16 rounding may flip a near-tied draw
+    assert len(same) >= len(p) // 2
+    assert all(abs(a - b) < 5e-2 for a, b in same), same
