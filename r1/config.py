@@ -449,7 +449,8 @@ BOUNDS = {
 # Upper bounds on sizes, far above any real run (a 1M-token context, 64k slots) but low enough that a typo
 # (`rollout.slots=10000000000`) is a config error naming the key instead of an allocation failure later.
 HUGE = 2**20
-for _key, _high in {"model.tiny_layers": 1024, "model.critic_layers": 1024, "model.tiny_hidden": 65536, "data.level": 1000, "data.sft_level": 1000,
+for _key, _high in {"model.tiny_layers": 1024, "model.tiny_hidden": 65536, "data.level": 1000, "data.sft_level": 1000,
+                    "model.critic_layers": 1024,
                     "data.train_size": 10**9, "data.test_size": 10**9, "data.val_size": 10**9, "env.max_steps": 100_000,
                     "env.max_context": HUGE, "rollout.prompts": HUGE, "rollout.n": 65536,
                     "rollout.max_new_tokens": HUGE, "rollout.top_k": HUGE, "rollout.slots": 65536,

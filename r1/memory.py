@@ -41,8 +41,9 @@ activation checkpointing (off when micro-batches of at least 4096 tokens fit
 without it; recomputing every block costs about a third more update time, a
 smaller micro-batch little until it gets small), keeping room for up to 64
 slots; then KV-cache slots (as many as fit, up to what an iteration runs at
-once and 512 (640 with rollout.carry_tokens), rounded down to a CUDA-graph bucket). An explicit setting that
-cannot fit is refused with one line naming the key to change and the numbers.
+once and 512, 640 with rollout.carry_tokens, rounded down to a CUDA-graph
+bucket). An explicit setting that cannot fit is refused with one line naming
+the key to change and the numbers.
 
 The saved-activation count is checked byte for byte against autograd's
 saved-tensor hooks (tests/test_memory.py); plans against measured peaks on
@@ -329,8 +330,8 @@ def estimate(cfg: Config, mc, world: int, device_type: str, capacity: int, devic
         items["policy"], notes["policy"] = per_param * P // world, what + shard
         if r["critic"]:
             items["critic"], notes["critic"] = per_param * Pc // world, what + shard
-        if r["critic"] and cfg.model.critic_layers and cfg.model.critic_layers < mc.num_layers:
-            notes["critic"] += f", {cfg.model.critic_layers} of {mc.num_layers} blocks"
+            if 0 < cfg.model.critic_layers < mc.num_layers:
+                notes["critic"] += f", {cfg.model.critic_layers} of {mc.num_layers} blocks"
         if r["ref"]:
             items["ref"], notes["ref"] = 4 * P // world, "params" + shard
     adapters = bool(rank) and cfg.model.lora_generator == "adapters"
