@@ -316,3 +316,35 @@ def test_a_job_whose_phases_failed_says_which_and_exits_non_zero(tmp_path):
     assert lines[-2].endswith("failed phases: rl-overlap_process rl-recipe") and lines[-1].endswith("ALL DONE")
     w = subprocess.run(["bash", WAIT, str(res), ROOT, str(tmp_path), "5"], capture_output=True, text=True, timeout=60)
     assert w.returncode == 3 and "done, with failed phases: rl-recipe rl-overlap_process" in w.stdout
+
+
+def test_recipe_layers_base_abl_reads_validation_first_and_refuses_an_unknown_one(tmp_path):
+    """A candidate recipe made of measured lanes (BASE_ABL="score_sampler critic_half_share") runs as the recipe
+    does: the files right after CONFIG in the training command and in every read, the final policy read on the
+    validation split before the test split, and the result labelled with the files; a misspelled name is refused
+    before anything is written."""
+    env, record = recording_python(tmp_path)
+    env.update(BASE_ABL="score_sampler critic_half_share", SAVE="")
+    res = tmp_path / "res"
+    r = subprocess.run(["bash", os.path.join(ROOT, "bench", "h200_recipe.sh"), "m.gguf", str(res),
+                        "configs/gsm8k_tool_30min_fast.yaml"], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                       env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    calls = record.read_text().splitlines()
+    runs = [c for c in calls if c.startswith(("train.py", "eval.py"))]
+    assert len(runs) == 4  # training, then the validation read, then the test reads of the SFT and final policies
+    under = ("--config configs/gsm8k_tool_30min_fast.yaml --config configs/ablations/score_sampler.yaml "
+             "--config configs/ablations/critic_half_share.yaml ")
+    assert all(c.split(" ", 1)[1].startswith(under) for c in runs), runs
+    assert "eval.split=val" in runs[1] and f"model.path={res}/recipe/hf" in runs[1]
+    assert all("eval.split=test" in c for c in runs[2:])
+    label = [c for c in calls if c.startswith("bench/learning_result.py")][0]
+    assert "configs/gsm8k_tool_30min_fast.yaml + configs/ablations/score_sampler.yaml + " \
+           "configs/ablations/critic_half_share.yaml" in label
+    assert "with score_sampler critic_half_share" in (res / "progress.txt").read_text()
+    env["BASE_ABL"] = "score_sampler critic_halff"
+    r = subprocess.run(["bash", os.path.join(ROOT, "bench", "h200_recipe.sh"), "m.gguf", str(tmp_path / "res2")],
+                       capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+    assert r.returncode == 2 and r.stdout.strip() == \
+        "bench/h200_recipe.sh: BASE_ABL names critic_halff, not in configs/ablations/"
+    assert not (tmp_path / "res2").exists()
