@@ -104,3 +104,8 @@ class Background:
     def wait(self):
         """Join without taking the result (an error stays for result())."""
         self._join()
+
+    def ok(self) -> bool:
+        """Join; whether result() will return (rather than raise)."""
+        self._join()
+        return self._err is None

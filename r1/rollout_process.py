@@ -16,7 +16,11 @@ What crosses the boundary, and why it stays exact:
   own business. The trainer synchronizes its stream before it asks for a
   play, and never refreshes while one runs (r1/overlap.py's protocol);
 - a play request: the prompts, n, the Sampling and AgentEnvLoop.run's
-  arguments; the episodes come back pickled. The sampling noise is keyed by
+  arguments; the episodes come back pickled, as bytes inside the reply, so
+  that the trainer can send the next request before it decodes them (a
+  rollout's 512 episodes are about 4 MB, every step holding its whole prompt's
+  ids; unpickling them took tens of ms that the child sat idle, between two
+  plays of a rollout-bound run: docs/LOG.md 2026-12-04). The sampling noise is keyed by
   (seed, uid, position) (r1/generate.py), so a seed's trajectories are the
   ones the trainer's own actor plays, whichever process plays them (a test);
 - errors: the child's exception comes back as itself where it pickles (a
@@ -65,12 +69,14 @@ class RolloutProcessError(RuntimeError):
 
 class Handle:
     """A play running in the child: `result()` waits and returns (episodes, graph counts it added or None,
-    captures deferred); `wait()` waits and keeps the outcome (an error stays for result()). `seconds` and
-    `cpu_seconds` are the child's wall and CPU time for the play, as r1/overlap.Background gives them."""
+    captures deferred); `wait()` waits and keeps the outcome (an error stays for result()), the episodes not yet
+    decoded: after it the child is free for the next play, and `ok()` says whether result() will return.
+    `seconds` and `cpu_seconds` are the child's wall and CPU time for the play, as r1/overlap.Background gives
+    them."""
 
     def __init__(self, owner: "RemoteActor"):
         self.owner, self.seconds, self.cpu_seconds = owner, 0.0, 0.0
-        self._msg = None
+        self._msg = self._played = None
 
     def wait(self):
         if self._msg is None:
@@ -79,11 +85,17 @@ class Handle:
             if self._msg[0] == "ok":
                 self.seconds, self.cpu_seconds = self._msg[4], self._msg[5]
 
+    def ok(self) -> bool:
+        self.wait()
+        return self._msg[0] == "ok"
+
     def result(self) -> tuple:
         self.wait()
         kind = self._msg[0]
         if kind == "ok":
-            return self._msg[1], self._msg[2], self._msg[3]
+            if self._played is None:  # decoded once, here: the child pickled them (see the module's docstring)
+                self._played = pickle.loads(self._msg[1])
+            return self._played, self._msg[2], self._msg[3]
         if kind == "cancelled":
             from r1.rollout import Cancelled
 
@@ -302,8 +314,8 @@ def _child(cfg: Config, model_cfg, slots: int, device: str, fraction: float, con
             finally:  # done reading the shared copy before any reply: the trainer refreshes it next
                 if dev.type == "cuda":
                     torch.cuda.current_stream(dev).synchronize()
-            reply = ("ok", played, actor.graph_counts(since=graphs), chunk_graphs.deferred() - deferred,
-                     time.time() - t0, time.process_time() - c0)
+            reply = ("ok", pickle.dumps(played, protocol=pickle.HIGHEST_PROTOCOL), actor.graph_counts(since=graphs),
+                     chunk_graphs.deferred() - deferred, time.time() - t0, time.process_time() - c0)
         except Cancelled:
             reply = ("cancelled",)
         except BaseException as e:  # noqa: BLE001 - reported to the trainer, which raises it

@@ -184,13 +184,15 @@ class Trainer:
             (played, graphs, deferred), lag = self.counted_play(it, it), 0
             seconds, cpu = time.time() - t0, None
         else:
-            (played, graphs, deferred), seconds, lag = self.pending.result(), self.pending.seconds, 1
-            cpu = self.pending.cpu_seconds
-            self.pending = None
+            done, self.pending, lag = self.pending, None, 1
+            if not done.ok():  # the play failed: raise before anything else starts
+                done.result()
             self.actor.refresh(self.learner.policy)  # between rollouts: none is in flight
         if it + 1 < self.cfg.train.steps and not self.ends_the_run():
             self.actor.loop.stop.clear()
             self.pending = self.start_play(it + 1, it)
+        if lag:  # the episodes decoded while the next rollout plays (the rollout process sends them pickled)
+            (played, graphs, deferred), seconds, cpu = done.result(), done.seconds, done.cpu_seconds
         return self.check_episodes(played, it), seconds, lag, cpu, graphs, deferred
 
     def counted_play(self, it: int, version: int) -> tuple:

@@ -198,6 +198,23 @@ def test_without_a_time_limit_the_next_rollout_starts(tmp_path, monkeypatch):
     assert started == [1] and trainer.pending is None  # iteration 2's rollout, started during iteration 1
 
 
+def test_the_next_play_is_asked_for_before_the_episodes_are_decoded(tmp_path, monkeypatch):
+    """train.overlap 2: the rollout process sends its episodes pickled (about 4 MB for 512), and the trainer
+    refreshes the weights and asks for the next play before it decodes them, so the child does not sit idle
+    through the decoding in a rollout-bound run. Iteration 1 plays its own (start, decode), then starts
+    iteration 2's; iteration 2 starts iteration 3's before decoding its own; iteration 3 starts none."""
+    from r1.rollout_process import Handle, RemoteActor
+
+    events = []
+    start, result = RemoteActor.start, Handle.result
+    monkeypatch.setattr(RemoteActor, "start", lambda self, *a, **k: events.append("start") or start(self, *a, **k))
+    monkeypatch.setattr(Handle, "result", lambda self: events.append("decode") or result(self))
+    trainer = Trainer(load_config(SMOKE, [f"run.dir={tmp_path / 'run'}", *BASE, "train.overlap=2"]))
+    monkeypatch.setattr(trainer.logger, "log", lambda it, m: None)
+    trainer.fit()
+    assert events == ["start", "decode", "start", "start", "decode", "decode"]
+
+
 def test_graph_counts_are_each_rollouts_own_wherever_it_ran(tmp_path, monkeypatch):
     """rollout_eager_chunks / rollout_graph_captures under overlap: what the iteration's own rollout added,
     counted around the play in the thread that ran it (the main thread only waits for it: counting around

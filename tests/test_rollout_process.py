@@ -54,8 +54,10 @@ def test_the_process_plays_what_an_actor_in_this_process_plays_on_the_refreshed_
     handle = actor.start(rows, 2, sampling)
     with pytest.raises(RuntimeError, match="refresh while a rollout plays"):
         actor.refresh(policy)
+    assert handle.ok() and not actor._busy  # the reply is in, its episodes not yet decoded: the child is free
     played, graphs, deferred = handle.result()
     assert len(played) == 4 and graphs is None and deferred == 0 and handle.seconds > 0
+    assert handle.result()[0] is played  # decoded once
 
 
 def test_a_cancelled_play_raises_cancelled_and_the_next_one_plays(remote):
@@ -72,8 +74,10 @@ def test_an_error_in_the_process_comes_back_as_itself_with_its_traceback(remote)
     """A task's env that raises is a TaskError here as in the trainer's process (train.py prints it as one
     line); the child's traceback is its cause. Ctrl-C is the trainer's: the child ignores it."""
     actor, cfg, tok, model, rows = remote
+    handle = actor.start([{"no": "such row"}], 1, Sampling(1.0, seed=0))
+    assert not handle.ok()  # the trainer asks this before it starts the next play (r1/trainer.overlapped_rollout)
     with pytest.raises(TaskError, match=r"^task synthetic: its env's reset\(\)") as e:
-        actor.play([{"no": "such row"}], 1, Sampling(1.0, seed=0))
+        handle.result()
     assert isinstance(e.value.__cause__, RolloutProcessError)
     assert re.match(r"(?s)the rollout process failed:\n.*Traceback", str(e.value.__cause__))
     os.kill(actor._proc.pid, signal.SIGINT)
