@@ -314,8 +314,9 @@ def _child(cfg: Config, model_cfg, slots: int, device: str, fraction: float, con
             finally:  # done reading the shared copy before any reply: the trainer refreshes it next
                 if dev.type == "cuda":
                     torch.cuda.current_stream(dev).synchronize()
-            reply = ("ok", pickle.dumps(played, protocol=pickle.HIGHEST_PROTOCOL), actor.graph_counts(since=graphs),
-                     chunk_graphs.deferred() - deferred, time.time() - t0, time.process_time() - c0)
+            counts = (actor.graph_counts(since=graphs), chunk_graphs.deferred() - deferred,
+                      time.time() - t0, time.process_time() - c0)  # the play's own seconds, as before the bytes
+            reply = ("ok", pickle.dumps(played, protocol=pickle.HIGHEST_PROTOCOL), *counts)
         except Cancelled:
             reply = ("cancelled",)
         except BaseException as e:  # noqa: BLE001 - reported to the trainer, which raises it
