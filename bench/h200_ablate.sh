@@ -29,8 +29,7 @@ set -u
 [ $# -ge 2 ] || { echo "usage: bench/h200_ablate.sh SFT_HF RESULTS_DIR [RECIPE] (see the comment at its top)"; exit 2; }
 [ -d configs/ablations ] || { echo "bench/h200_ablate.sh: run it from the repository root (no configs/ablations here)"; exit 2; }
 for n in ${ONLY:-}; do [ -e "configs/ablations/$n.yaml" ] || { echo "bench/h200_ablate.sh: ONLY names $n, not in configs/ablations/"; exit 2; }; done
-base=(); for n in ${BASE_ABL:-}; do [ -e "configs/ablations/$n.yaml" ] || {
-  echo "bench/h200_ablate.sh: BASE_ABL names $n, not in configs/ablations/"; exit 2; }; base+=(--config "configs/ablations/$n.yaml"); done
+. "$(dirname "$0")/base_abl.sh"; base_abl bench/h200_ablate.sh ${BASE_ABL:-} || exit 2  # the array `base`
 S=$1; R=$2; REC=${3:-configs/gsm8k_tool_30min.yaml}; mkdir -p "$R"
 T=${ABL_TIME:-300}; X=${EXTRA:-}
 read -r -a gpus <<< "${GPUS:-}"; G=${#gpus[@]}  # GPUS="0 1": lane k of a wave on GPU gpus[k % G]

@@ -12,19 +12,18 @@
 set -u
 [ $# -ge 2 ] || { echo "usage: bench/h200_recipe.sh MODEL RESULTS_DIR [CONFIG] (see the comment at its top)"; exit 2; }
 [ -d configs/ablations ] || { echo "bench/h200_recipe.sh: run it from the repository root (no configs/ablations here)"; exit 2; }
-cfgs=(); for n in ${BASE_ABL:-}; do [ -e "configs/ablations/$n.yaml" ] || {
-  echo "bench/h200_recipe.sh: BASE_ABL names $n, not in configs/ablations/"; exit 2; }; cfgs+=(--config "configs/ablations/$n.yaml"); done
+. "$(dirname "$0")/base_abl.sh"; base_abl bench/h200_recipe.sh ${BASE_ABL:-} || exit 2  # the array `base`
 M=$1; R=$2; CFG=${3:-configs/gsm8k_tool_30min.yaml}; mkdir -p "$R"
 . "$(dirname "$0")/phases.sh"  # log, phase
 log "begin: $(python3 -c 'import torch; print(torch.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu")') $CFG${BASE_ABL:+ with $BASE_ABL}"
 t0=$(date +%s.%N)
-phase recipe python3 train.py --config "$CFG" "${cfgs[@]}" model.path="$M" run.dir="$R/recipe" log.progress=false ${EXTRA:-} || exit 1
+phase recipe python3 train.py --config "$CFG" "${base[@]}" model.path="$M" run.dir="$R/recipe" log.progress=false ${EXTRA:-} || exit 1
 [ -e "$R/wall_s" ] || python3 -c "print(round($(date +%s.%N) - $t0, 1))" > "$R/wall_s"
-phase val-final python3 eval.py --config "$CFG" "${cfgs[@]}" model.path="$R/recipe/hf" eval.split=val eval.limit=0 \
+phase val-final python3 eval.py --config "$CFG" "${base[@]}" model.path="$R/recipe/hf" eval.split=val eval.limit=0 \
   eval.out="$R/val-final" ${EVAL_EXTRA:-} && tail -1 "$R/val-final.log" > "$R/val-final.json"
 for m in sft final; do
   p="$R/recipe/hf"; [ $m = sft ] && p="$R/recipe/sft/hf"
-  phase "test-$m" python3 eval.py --config "$CFG" "${cfgs[@]}" model.path="$p" eval.split=test eval.limit=0 eval.out="$R/test-$m" ${EVAL_EXTRA:-} \
+  phase "test-$m" python3 eval.py --config "$CFG" "${base[@]}" model.path="$p" eval.split=test eval.limit=0 eval.out="$R/test-$m" ${EVAL_EXTRA:-} \
     && tail -1 "$R/test-$m.log" > "$R/test-$m.json"
 done
 SAVE=${SAVE-bench/results/learning_h200.json}  # '' = print only (a CPU dry run must not overwrite the result)

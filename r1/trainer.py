@@ -178,20 +178,21 @@ class Trainer:
         before this iteration's update -> (checked episodes, the rollout's own seconds, updates it lags, the
         rollout thread's CPU seconds or None when this iteration played its own rollout, and counted around
         the play itself, wherever it ran: its Actor.graph_counts and CUDA graph captures deferred)."""
-        if self.pending is None:
+        done = self.pending  # the rollout started during the last iteration, if any
+        if done is None:
             self.actor.refresh(self.learner.policy)
             t0 = time.time()
             (played, graphs, deferred), lag = self.counted_play(it, it), 0
             seconds, cpu = time.time() - t0, None
         else:
-            done, self.pending, lag = self.pending, None, 1
+            self.pending, lag = None, 1
             if not done.ok():  # the play failed: raise before anything else starts
                 done.result()
             self.actor.refresh(self.learner.policy)  # between rollouts: none is in flight
         if it + 1 < self.cfg.train.steps and not self.ends_the_run():
             self.actor.loop.stop.clear()
             self.pending = self.start_play(it + 1, it)
-        if lag:  # the episodes decoded while the next rollout plays (the rollout process sends them pickled)
+        if done is not None:  # decoded while the next rollout plays (the rollout process sends them pickled)
             (played, graphs, deferred), seconds, cpu = done.result(), done.seconds, done.cpu_seconds
         return self.check_episodes(played, it), seconds, lag, cpu, graphs, deferred
 
