@@ -6,7 +6,15 @@ activation checkpointing -> `fully_shard` per block -> `fully_shard` root,
 with `MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)` on CUDA.
 A plain `python train.py` on a CPU is world size 1 with no wrapping at all,
 so the laptop run and the multi-GPU run are the same code path above this file.
+
+`init()` registers `close()` to run at exit: a process that leaves without
+destroying its process group can abort (SIGABRT, "terminate called without
+an active exception") when gloo's worker threads outlive the interpreter's
+teardown; two ranks exiting that way aborted in about half of 40 plain runs
+on a 2-core CPU (docs/LOG.md, 2026-12-04). atexit runs while Python is alive,
+on every way out (return, sys.exit, an exception), for train.py and eval.py.
 """
+import atexit
 import os
 from dataclasses import dataclass
 
@@ -38,6 +46,7 @@ def init(device: str = "auto") -> Dist:
         torch.cuda.set_device(dev)
     if world > 1 and not dist.is_initialized():
         dist.init_process_group("nccl" if use_cuda else "gloo", device_id=dev if use_cuda else None)
+        atexit.register(close)
     return Dist(rank, world, local, dev)
 
 
@@ -100,6 +109,7 @@ def barrier(d: Dist):
         dist.barrier()
 
 
-def close(d: Dist):
-    if d.world > 1 and dist.is_initialized():
+def close():
+    """Destroy the process group, if one is up (a no-op the second time, and at world size 1)."""
+    if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
