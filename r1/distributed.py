@@ -7,12 +7,16 @@ with `MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)` on CUDA.
 A plain `python train.py` on a CPU is world size 1 with no wrapping at all,
 so the laptop run and the multi-GPU run are the same code path above this file.
 
-`init()` registers `close()` to run at exit: a process that leaves without
-destroying its process group can abort (SIGABRT, "terminate called without
-an active exception") when gloo's worker threads outlive the interpreter's
-teardown; two ranks exiting that way aborted in about half of 40 plain runs
-on a 2-core CPU (docs/LOG.md, 2026-12-04). atexit runs while Python is alive,
-on every way out (return, sys.exit, an exception), for train.py and eval.py.
+With gloo (CPU ranks) `init()` registers `close()` to run at exit: a rank
+that leaves without destroying its process group can abort (SIGABRT,
+"terminate called without an active exception") when gloo's worker threads
+outlive the interpreter's teardown; two ranks leaving that way aborted in 20
+of 40 plain launches on a 2-core CPU (docs/LOG.md, 2026-12-04). atexit runs
+while Python is alive, on every way out (return, sys.exit, an exception), for
+train.py and eval.py alike, and gloo's destroy is local to the rank. NCCL is
+left to its destructor as before: destroying it while another rank is stuck
+in a collective (a failed run) can hang (torchtitan destroys only after a
+clean finish for that reason).
 """
 import atexit
 import os
@@ -46,7 +50,8 @@ def init(device: str = "auto") -> Dist:
         torch.cuda.set_device(dev)
     if world > 1 and not dist.is_initialized():
         dist.init_process_group("nccl" if use_cuda else "gloo", device_id=dev if use_cuda else None)
-        atexit.register(close)
+        if not use_cuda:
+            atexit.register(close)
     return Dist(rank, world, local, dev)
 
 
