@@ -97,8 +97,10 @@ def _free_cuda():
         torch.cuda.empty_cache()
 
 
-def fail(e):
-    print(f"error: {e}", file=sys.stderr)
+def fail(e, same_on_every_rank=False):
+    """One line, exit 2. A config error is the same on every rank: under torchrun only rank 0 prints it."""
+    if not same_on_every_rank or int(os.environ.get("RANK", "0")) == 0:
+        print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
 
 
@@ -119,7 +121,7 @@ def main(argv=None):
     try:
         cfg = load_config(a.config, a.overrides)
     except ConfigError as e:
-        fail(e)
+        fail(e, same_on_every_rank=True)
     if int(os.environ.get("RANK", "0")) == 0:  # the resolved config goes to run.dir/config.yaml, not here
         print(header(cfg, a.config), flush=True)
     try:

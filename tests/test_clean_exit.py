@@ -1,4 +1,4 @@
-"""Ranks leave cleanly: no SIGABRT at exit.
+"""Ranks leave cleanly: no SIGABRT at exit, and a config error said once.
 
 A gloo process group that is not destroyed before the interpreter tears down
 can abort the rank at exit ("terminate called without an active exception"):
@@ -34,3 +34,18 @@ def test_a_failing_rank_reports_its_status_not_an_abort():
     p = launch("fail")
     assert p.returncode != 0
     assert "exitcode  : 3" in p.stderr and "SIGABRT" not in p.stderr, p.stderr[-3000:]
+
+
+def test_a_config_error_under_torchrun_is_one_line(tmp_path):
+    """A misspelled key is the same mistake on every rank: it is said once, and no run folder is made."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
+           os.path.join(ROOT, "train.py"), "--config", os.path.join(ROOT, "configs", "smoke.yaml"),
+           "algo.advantag=grpo", f"run.dir={run_dir}"]
+    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert p.returncode != 0
+    lines = [x for x in (p.stdout + p.stderr).splitlines() if x.startswith("error:")]
+    assert lines == ["error: unknown config key 'algo.advantag' (command line); did you mean algo.advantage, "
+                     "algo.adv_clip, algo.lam?"], (p.stdout + p.stderr)[-3000:]
+    assert not run_dir.exists()
