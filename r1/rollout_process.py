@@ -72,10 +72,11 @@ class Handle:
     captures deferred); `wait()` waits and keeps the outcome (an error stays for result()), the episodes not yet
     decoded: after it the child is free for the next play, and `ok()` says whether result() will return.
     `seconds` and `cpu_seconds` are the child's wall and CPU time for the play, as r1/overlap.Background gives
-    them."""
+    them; `idle_seconds` the child's wait before it (from its last reply sent to this request received: the
+    hand-over between two plays when the trainer waits on the rollout), None for the child's first play."""
 
     def __init__(self, owner: "RemoteActor"):
-        self.owner, self.seconds, self.cpu_seconds = owner, 0.0, 0.0
+        self.owner, self.seconds, self.cpu_seconds, self.idle_seconds = owner, 0.0, 0.0, None
         self._msg = self._played = None
 
     def wait(self):
@@ -83,7 +84,7 @@ class Handle:
             self._msg = self.owner._receive()
             self.owner._busy = False
             if self._msg[0] == "ok":
-                self.seconds, self.cpu_seconds = self._msg[4], self._msg[5]
+                self.seconds, self.cpu_seconds, self.idle_seconds = self._msg[4], self._msg[5], self._msg[6]
 
     def ok(self) -> bool:
         self.wait()
@@ -293,6 +294,7 @@ def _child(cfg: Config, model_cfg, slots: int, device: str, fraction: float, con
         conn.send(_error(e))
         return
     copied = 0  # the trainer's refresh count the model holds (0: the weights as shared at the start)
+    replied = None  # when the last play's reply was sent (the trainer had its bytes)
     while True:
         try:
             msg = conn.recv()
@@ -304,6 +306,7 @@ def _child(cfg: Config, model_cfg, slots: int, device: str, fraction: float, con
             return
         _, refreshes, rows, n, sampling, run = msg
         t0, c0 = time.time(), time.process_time()
+        idle = None if replied is None else t0 - replied
         try:
             try:
                 if refreshes != copied:  # the trainer refreshed the shared copy since the last play
@@ -315,11 +318,12 @@ def _child(cfg: Config, model_cfg, slots: int, device: str, fraction: float, con
                 if dev.type == "cuda":
                     torch.cuda.current_stream(dev).synchronize()
             counts = (actor.graph_counts(since=graphs), chunk_graphs.deferred() - deferred,
-                      time.time() - t0, time.process_time() - c0)  # the play's own seconds, as before the bytes
+                      time.time() - t0, time.process_time() - c0, idle)  # the play's own seconds, before the bytes
             reply = ("ok", pickle.dumps(played, protocol=pickle.HIGHEST_PROTOCOL), *counts)
         except Cancelled:
             reply = ("cancelled",)
         except BaseException as e:  # noqa: BLE001 - reported to the trainer, which raises it
             reply = _error(e)
         conn.send(reply)
+        replied = time.time()
 

@@ -120,6 +120,7 @@ class Trainer:
                             f"(data.rl_max_difficulty={cfg.data.rl_max_difficulty})")
         self.saver = Saver()  # trajectory files, written in the background
         self.pending = None  # train.overlap: the next iteration's rollout, running (r1/overlap.py)
+        self.rollout_idle = None  # train.overlap 2: the rollout process's wait before the last play
         self.fit_start = self.last_iter_s = None  # fit's clock, for train.time_limit with train.overlap
         self.alloc_retries = 0  # CUDA: the caching allocator's free-and-retry count so far
         self.fallbacks = eager_fallbacks()  # train.overlap: compiled-op calls that ran eager (r1/model._compile)
@@ -177,7 +178,8 @@ class Trainer:
         first iteration of a process plays them now), then the start of iteration it + 1's on the weights
         before this iteration's update -> (checked episodes, the rollout's own seconds, updates it lags, the
         rollout thread's CPU seconds or None when this iteration played its own rollout, and counted around
-        the play itself, wherever it ran: its Actor.graph_counts and CUDA graph captures deferred)."""
+        the play itself, wherever it ran: its Actor.graph_counts and CUDA graph captures deferred). Sets
+        self.rollout_idle: the rollout process's wait before the play (Handle.idle_seconds), else None."""
         done = self.pending  # the rollout started during the last iteration, if any
         if done is None:
             self.actor.refresh(self.learner.policy)
@@ -194,6 +196,7 @@ class Trainer:
             self.pending = self.start_play(it + 1, it)
         if done is not None:  # decoded while the next rollout plays (the rollout process sends them pickled)
             (played, graphs, deferred), seconds, cpu = done.result(), done.seconds, done.cpu_seconds
+        self.rollout_idle = getattr(done, "idle_seconds", None)  # after the wait: the reply carries it
         return self.check_episodes(played, it), seconds, lag, cpu, graphs, deferred
 
     def counted_play(self, it: int, version: int) -> tuple:
@@ -301,6 +304,8 @@ class Trainer:
                            captures_deferred=float(deferred))
             if cpu_play is not None:  # CPU seconds of each thread: with the wall times, who waited
                 metrics["cpu_rollout_s"] = cpu_play
+            if self.rollout_idle is not None:  # train.overlap 2: the process waited between its plays
+                metrics["rollout_idle_s"] = self.rollout_idle
             self.fallbacks = fallbacks
             t_roll_tok = t_play
         else:

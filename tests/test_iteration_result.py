@@ -72,16 +72,18 @@ def test_thread_cpu_seconds_and_fallbacks_under_overlap(tmp_path):
     for m, cr, cm, fb, cd in zip(lines, (None, 1.0, 2.0, 3.0, 9.0), (9, 2.5, 1.5, 0.5, 0.1), (40, 2, 0, 0, 0),
                                  (0, 7, 5, 3, 0)):
         m.update({"cpu_main_s": cm, "eager_op_fallbacks": fb, "captures_deferred": cd,
-                  **({} if cr is None else {"cpu_rollout_s": cr})})
+                  **({} if cr is None else {"cpu_rollout_s": cr, "rollout_idle_s": cr / 100})})
     fake_run(run, lines)
     r = run_result(run)
     assert (r["cpu_rollout_s"], r["cpu_main_s"], r["eager_op_fallbacks"], r["captures_deferred"]) == (2.0, 1.5, 42, 15)
+    assert r["rollout_idle_s"] == 0.02  # overlap 2's hand-over: the median as the CPU seconds
     del lines[3]["cpu_rollout_s"]  # an iteration that played its own rollout: the median of the others
     fake_run(str(tmp_path / "ppo-o1b"), lines)
     assert run_result(str(tmp_path / "ppo-o1b"))["cpu_rollout_s"] == 1.5
     plain = str(tmp_path / "grpo-o0")
     fake_run(plain, [line(30, 20, 9, 9, 20), line(34, 0.1, 1, 2, 3), line(39, 0.3, 2, 3, 4)], overlap=0)
-    assert not {"cpu_rollout_s", "cpu_main_s", "eager_op_fallbacks", "captures_deferred"} & set(run_result(plain))
+    assert not {"cpu_rollout_s", "cpu_main_s", "rollout_idle_s", "eager_op_fallbacks",
+                "captures_deferred"} & set(run_result(plain))
 
 
 def test_a_short_run_is_refused(tmp_path):

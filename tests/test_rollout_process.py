@@ -6,6 +6,7 @@ back is in tests/test_overlap.py (overlap 2)."""
 import os
 import re
 import signal
+import time
 
 import pytest
 import torch
@@ -58,6 +59,19 @@ def test_the_process_plays_what_an_actor_in_this_process_plays_on_the_refreshed_
     played, graphs, deferred = handle.result()
     assert len(played) == 4 and graphs is None and deferred == 0 and handle.seconds > 0
     assert handle.result()[0] is played  # decoded once
+
+
+def test_the_wait_between_two_plays_is_reported_with_the_second(remote):
+    """Handle.idle_seconds (the trainer's `rollout_idle_s`): the child's wait from its last reply to the next
+    request, None for its first play. Here the trainer sleeps 0.3 s between them: the wait is at least that."""
+    actor, cfg, tok, model, rows = remote
+    first = actor.start(rows, 2, Sampling(1.0, seed=0))
+    first.wait()
+    assert first.idle_seconds is None
+    time.sleep(0.3)
+    second = actor.start(rows, 2, Sampling(1.0, seed=0))
+    second.wait()
+    assert second.idle_seconds >= 0.3
 
 
 def test_a_cancelled_play_raises_cancelled_and_the_next_one_plays(remote):
