@@ -9,9 +9,8 @@ with overlap, 2..n-1: the last iteration of an overlapped run starts no next rol
 the steady state, and counting it favoured overlap):
 iteration_s (the step of time_elapsed), rollout_s (what the iteration waited for its rollout), score_s,
 update_s, and with overlap rollout_play_s (the rollout's own time) and each thread's CPU seconds,
-cpu_rollout_s and cpu_main_s, and with overlap 2 rollout_idle_s (the rollout process's wait before a play:
-the hand-over between two plays when the trainer waits on the rollout) (medians over the iterations that
-logged them); mean_response_len and
+cpu_rollout_s and cpu_main_s, and with overlap 2 rollout_idle_s (the rollout process's time between two
+plays: the hand-over when the trainer waits on the rollout) (medians over the iterations that logged them); mean_response_len and
 max_response_len (medians: the rollout's length and its longest episode, where the run logged both);
 alloc_retries (CUDA, summed over 2..n), eager_op_fallbacks (summed over all iterations: the first is where
 compiles happen) and captures_deferred (overlap: CUDA graph captures held off while the update ran, summed over 2..n). It
@@ -64,7 +63,7 @@ def run_result(run: str) -> dict:
     for key in ("mean_response_len", "max_response_len"):  # the rollout's length and its tail (runs that log it)
         if all(key in m for m in later):
             out[key] = med(key)
-    # overlap: each thread's CPU seconds, the process's wait (an iteration that played its own rollout,
+    # overlap: each thread's CPU seconds, the process's time between plays (an iteration that played its own rollout,
     # on-policy, has neither)
     for key in ("cpu_rollout_s", "cpu_main_s", "rollout_idle_s"):
         have = [m[key] for m in later if key in m]

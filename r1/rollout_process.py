@@ -72,8 +72,10 @@ class Handle:
     captures deferred); `wait()` waits and keeps the outcome (an error stays for result()), the episodes not yet
     decoded: after it the child is free for the next play, and `ok()` says whether result() will return.
     `seconds` and `cpu_seconds` are the child's wall and CPU time for the play, as r1/overlap.Background gives
-    them; `idle_seconds` the child's wait before it (from its last reply sent to this request received: the
-    hand-over between two plays when the trainer waits on the rollout), None for the child's first play."""
+    them; `idle_seconds` the child's time between its last play and this one (pickling and sending the episodes,
+    then waiting for this request): in a steady state a play and the time before it are the iteration's period,
+    so when the trainer waits on the rollout this is the hand-over. None for the child's first play and the one
+    after a cancelled or failed play."""
 
     def __init__(self, owner: "RemoteActor"):
         self.owner, self.seconds, self.cpu_seconds, self.idle_seconds = owner, 0.0, 0.0, None
@@ -294,7 +296,7 @@ def _child(cfg: Config, model_cfg, slots: int, device: str, fraction: float, con
         conn.send(_error(e))
         return
     copied = 0  # the trainer's refresh count the model holds (0: the weights as shared at the start)
-    replied = None  # when the last play's reply was sent (the trainer had its bytes)
+    ended = None  # when the last play ended (before its episodes were pickled); None after a failed one
     while True:
         try:
             msg = conn.recv()
@@ -306,7 +308,7 @@ def _child(cfg: Config, model_cfg, slots: int, device: str, fraction: float, con
             return
         _, refreshes, rows, n, sampling, run = msg
         t0, c0 = time.time(), time.process_time()
-        idle = None if replied is None else t0 - replied
+        idle = None if ended is None else t0 - ended  # pickled, sent, then waited for this request
         try:
             try:
                 if refreshes != copied:  # the trainer refreshed the shared copy since the last play
@@ -317,13 +319,13 @@ def _child(cfg: Config, model_cfg, slots: int, device: str, fraction: float, con
             finally:  # done reading the shared copy before any reply: the trainer refreshes it next
                 if dev.type == "cuda":
                     torch.cuda.current_stream(dev).synchronize()
+            ended = time.time()
             counts = (actor.graph_counts(since=graphs), chunk_graphs.deferred() - deferred,
-                      time.time() - t0, time.process_time() - c0, idle)  # the play's own seconds, before the bytes
+                      ended - t0, time.process_time() - c0, idle)  # the play's own seconds, before the bytes
             reply = ("ok", pickle.dumps(played, protocol=pickle.HIGHEST_PROTOCOL), *counts)
         except Cancelled:
-            reply = ("cancelled",)
+            reply, ended = ("cancelled",), None
         except BaseException as e:  # noqa: BLE001 - reported to the trainer, which raises it
-            reply = _error(e)
+            reply, ended = _error(e), None
         conn.send(reply)
-        replied = time.time()
 

@@ -120,7 +120,7 @@ class Trainer:
                             f"(data.rl_max_difficulty={cfg.data.rl_max_difficulty})")
         self.saver = Saver()  # trajectory files, written in the background
         self.pending = None  # train.overlap: the next iteration's rollout, running (r1/overlap.py)
-        self.rollout_idle = None  # train.overlap 2: the rollout process's wait before the last play
+        self.rollout_idle = None  # train.overlap 2: the rollout process's time before the last play
         self.fit_start = self.last_iter_s = None  # fit's clock, for train.time_limit with train.overlap
         self.alloc_retries = 0  # CUDA: the caching allocator's free-and-retry count so far
         self.fallbacks = eager_fallbacks()  # train.overlap: compiled-op calls that ran eager (r1/model._compile)
@@ -179,7 +179,7 @@ class Trainer:
         before this iteration's update -> (checked episodes, the rollout's own seconds, updates it lags, the
         rollout thread's CPU seconds or None when this iteration played its own rollout, and counted around
         the play itself, wherever it ran: its Actor.graph_counts and CUDA graph captures deferred). Sets
-        self.rollout_idle: the rollout process's wait before the play (Handle.idle_seconds), else None."""
+        self.rollout_idle: the rollout process's time before the play (Handle.idle_seconds), else None."""
         done = self.pending  # the rollout started during the last iteration, if any
         if done is None:
             self.actor.refresh(self.learner.policy)
@@ -304,7 +304,7 @@ class Trainer:
                            captures_deferred=float(deferred))
             if cpu_play is not None:  # CPU seconds of each thread: with the wall times, who waited
                 metrics["cpu_rollout_s"] = cpu_play
-            if self.rollout_idle is not None:  # train.overlap 2: the process waited between its plays
+            if self.rollout_idle is not None:  # train.overlap 2: the process's time between its plays
                 metrics["rollout_idle_s"] = self.rollout_idle
             self.fallbacks = fallbacks
             t_roll_tok = t_play

@@ -61,9 +61,10 @@ def test_the_process_plays_what_an_actor_in_this_process_plays_on_the_refreshed_
     assert handle.result()[0] is played  # decoded once
 
 
-def test_the_wait_between_two_plays_is_reported_with_the_second(remote):
-    """Handle.idle_seconds (the trainer's `rollout_idle_s`): the child's wait from its last reply to the next
-    request, None for its first play. Here the trainer sleeps 0.3 s between them: the wait is at least that."""
+def test_the_time_between_two_plays_is_reported_with_the_second(remote):
+    """Handle.idle_seconds (the trainer's `rollout_idle_s`): the child's time from the end of its last play to
+    the start of this one, None for its first play and for the one after a cancelled play. Here the trainer
+    sleeps 0.3 s before the second request: the time between is at least that."""
     actor, cfg, tok, model, rows = remote
     first = actor.start(rows, 2, Sampling(1.0, seed=0))
     first.wait()
@@ -72,6 +73,13 @@ def test_the_wait_between_two_plays_is_reported_with_the_second(remote):
     second = actor.start(rows, 2, Sampling(1.0, seed=0))
     second.wait()
     assert second.idle_seconds >= 0.3
+    actor.loop.stop.set()
+    with pytest.raises(Cancelled):
+        actor.start(rows, 2, Sampling(1.0, seed=0)).result()
+    actor.loop.stop.clear()
+    after = actor.start(rows, 2, Sampling(1.0, seed=0))
+    after.wait()
+    assert after.seconds > 0 and after.idle_seconds is None
 
 
 def test_a_cancelled_play_raises_cancelled_and_the_next_one_plays(remote):
