@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 
-from tests.test_trainer import free_port
+from test_trainer import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(ROOT, "tests", "exit_worker.py")

@@ -76,7 +76,7 @@ def test_overlap_rollouts_are_the_synchronous_ones_one_update_back(tmp_path, mon
         assert all(0 < m["cpu_rollout_s"] <= m["time_rollout_play"] + 0.05 for m in lines[1:])
     else:
         assert all(m["cpu_rollout_s"] > 0 for m in lines[1:])
-    # the rollout process's wait before each play it started in the background (the first one has no before)
+    # the rollout process's time before each play it started in the background (the first one has no before)
     assert ["rollout_idle_s" in m for m in lines] == [False] + [overlap == 2] * 2
     assert all(m["rollout_idle_s"] >= 0 for m in lines[1:] if overlap == 2)
     assert all(0 < m["cpu_main_s"] <= m["time_score"] + m["time_train"] + 0.05 for m in lines)
