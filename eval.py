@@ -31,8 +31,8 @@ def main(argv=None):
     a = p.parse_args(argv)
     try:
         cfg = load_config(a.config, a.overrides)
-    except ConfigError as e:
-        sys.exit(f"error: {e}")
+    except ConfigError as e:  # the same on every rank: under torchrun only rank 0 says it
+        sys.exit(f"error: {e}" if int(os.environ.get("RANK", "0")) == 0 else 1)  # 1: as sys.exit(text) gives
     path = cfg.model.path
     try:
         if cfg.eval.adapter and os.path.isfile(os.path.join(path, "config.yaml")):

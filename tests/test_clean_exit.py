@@ -10,6 +10,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from test_trainer import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -36,13 +38,14 @@ def test_a_failing_rank_reports_its_status_not_an_abort():
     assert "exitcode  : 3" in p.stderr and "SIGABRT" not in p.stderr, p.stderr[-3000:]
 
 
-def test_a_config_error_under_torchrun_is_one_line(tmp_path):
+@pytest.mark.parametrize("script", ["train.py", "eval.py"])
+def test_a_config_error_under_torchrun_is_one_line(tmp_path, script):
     """A misspelled key is the same mistake on every rank: it is said once, and no run folder is made."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     run_dir = tmp_path / "run"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
-           os.path.join(ROOT, "train.py"), "--config", os.path.join(ROOT, "configs", "smoke.yaml"),
-           "algo.advantag=grpo", f"run.dir={run_dir}"]
+           os.path.join(ROOT, script), "--config", os.path.join(ROOT, "configs", "smoke.yaml"),
+           "algo.advantag=grpo", f"run.dir={run_dir}", f"eval.out={run_dir}"]
     p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert p.returncode != 0
     lines = [x for x in (p.stdout + p.stderr).splitlines() if x.startswith("error:")]
