@@ -11,7 +11,8 @@ iteration_s (the step of time_elapsed), rollout_s (what the iteration waited for
 update_s, and with overlap rollout_play_s (the rollout's own time) and each thread's CPU seconds,
 cpu_rollout_s and cpu_main_s, and with overlap 2 rollout_idle_s (the rollout process's time between two
 plays: the hand-over when the trainer waits on the rollout) (medians over the iterations that logged
-them); mean_response_len and max_response_len (medians: the rollout's length and its longest episode, where the run logged both);
+them); mean_response_len and max_response_len (medians: the rollout's length and its longest episode,
+where the run logged both);
 alloc_retries (CUDA, summed over 2..n), eager_op_fallbacks (summed over all iterations: the first is where
 compiles happen) and captures_deferred (overlap: CUDA graph captures held off while the update ran, summed over 2..n). It
 refuses a run with fewer than 3 iterations (with overlap, 3 leave one steady iteration). --device, --torch and

@@ -60,6 +60,7 @@ class Background:
         set_switch_interval()
         self.seconds = 0.0  # the thread's own wall time
         self.cpu_seconds = 0.0  # and its CPU time: far below the wall time = the thread waited (the GIL, syncs)
+        self.idle_seconds = None  # a thread has no time between plays to report (rollout_process.Handle has)
         self._out, self._err = None, None
         stream = None
         if device.type == "cuda":

@@ -120,7 +120,6 @@ class Trainer:
                             f"(data.rl_max_difficulty={cfg.data.rl_max_difficulty})")
         self.saver = Saver()  # trajectory files, written in the background
         self.pending = None  # train.overlap: the next iteration's rollout, running (r1/overlap.py)
-        self.rollout_idle = None  # train.overlap 2: the rollout process's time before the last play
         self.fit_start = self.last_iter_s = None  # fit's clock, for train.time_limit with train.overlap
         self.alloc_retries = 0  # CUDA: the caching allocator's free-and-retry count so far
         self.fallbacks = eager_fallbacks()  # train.overlap: compiled-op calls that ran eager (r1/model._compile)
@@ -178,14 +177,14 @@ class Trainer:
         first iteration of a process plays them now), then the start of iteration it + 1's on the weights
         before this iteration's update -> (checked episodes, the rollout's own seconds, updates it lags, the
         rollout thread's CPU seconds or None when this iteration played its own rollout, and counted around
-        the play itself, wherever it ran: its Actor.graph_counts and CUDA graph captures deferred). Sets
-        self.rollout_idle: the rollout process's time before the play (Handle.idle_seconds), else None."""
+        the play itself, wherever it ran: its Actor.graph_counts and CUDA graph captures deferred, and the
+        rollout process's time before the play: Handle.idle_seconds, else None)."""
         done = self.pending  # the rollout started during the last iteration, if any
         if done is None:
             self.actor.refresh(self.learner.policy)
             t0 = time.time()
             (played, graphs, deferred), lag = self.counted_play(it, it), 0
-            seconds, cpu = time.time() - t0, None
+            seconds, cpu, idle = time.time() - t0, None, None
         else:
             self.pending, lag = None, 1
             if not done.ok():  # the play failed: raise before anything else starts
@@ -196,8 +195,8 @@ class Trainer:
             self.pending = self.start_play(it + 1, it)
         if done is not None:  # decoded while the next rollout plays (the rollout process sends them pickled)
             (played, graphs, deferred), seconds, cpu = done.result(), done.seconds, done.cpu_seconds
-        self.rollout_idle = getattr(done, "idle_seconds", None)  # after the wait: the reply carries it
-        return self.check_episodes(played, it), seconds, lag, cpu, graphs, deferred
+            idle = done.idle_seconds
+        return self.check_episodes(played, it), seconds, lag, cpu, graphs, deferred, idle
 
     def counted_play(self, it: int, version: int) -> tuple:
         """play(it) on weights of `version` -> (episodes, the Actor.graph_counts it added, the CUDA graph
@@ -253,7 +252,7 @@ class Trainer:
         graphs = None if self.cfg.train.overlap else self.actor.graph_counts()  # overlap: counted around the play
         with phase("r1.rollout"):  # 1. rollout
             if self.cfg.train.overlap:
-                played, t_play, lag, cpu_play, graphs, deferred = self.overlapped_rollout(it)
+                played, t_play, lag, cpu_play, graphs, deferred, idle = self.overlapped_rollout(it)
             else:
                 played = self.rollout(it)
         t_roll = time.time() - t0
@@ -304,8 +303,8 @@ class Trainer:
                            captures_deferred=float(deferred))
             if cpu_play is not None:  # CPU seconds of each thread: with the wall times, who waited
                 metrics["cpu_rollout_s"] = cpu_play
-            if self.rollout_idle is not None:  # train.overlap 2: the process's time between its plays
-                metrics["rollout_idle_s"] = self.rollout_idle
+            if idle is not None:  # train.overlap 2: the process's time between its plays
+                metrics["rollout_idle_s"] = idle
             self.fallbacks = fallbacks
             t_roll_tok = t_play
         else:
