@@ -14,13 +14,21 @@ What crosses the boundary, and why it stays exact:
   follows a refresh (a count travels with each request), so
   the child's layout (fused projections, CUDA graphs' fixed addresses) is its
   own business. The trainer synchronizes its stream before it asks for a
-  play, and never refreshes while one runs (r1/overlap.py's protocol);
+  play. The child reads the copy only there, so the trainer may refresh it
+  while a play runs once that play has read it (a shared count says so;
+  RemoteActor.refresh waits for it);
 - a play request: the prompts, n, the Sampling and AgentEnvLoop.run's
-  arguments; the episodes come back pickled, as bytes inside the reply, so
-  that the trainer can send the next request before it decodes them (a
-  rollout's 512 episodes are about 4 MB, every step holding its whole prompt's
-  ids; unpickling them took tens of ms that the child sat idle, between two
-  plays of a rollout-bound run: docs/LOG.md 2026-12-04). The sampling noise is keyed by
+  arguments. One may wait behind the play that runs: the trainer refreshes
+  and asks for iteration k+1's play before it waits for k's episodes
+  (r1/trainer.overlapped_rollout), and the child starts it the moment k's
+  are sent, so in a rollout-bound run the trainer's side of the hand-over
+  (taking the reply, the refresh, the request) is off the child's path. A
+  reader thread in the child takes requests off the pipe as they come, so
+  neither side blocks on a full pipe. The episodes come back pickled, as
+  bytes inside the reply, so that the trainer decodes them while the next
+  play runs (a rollout's 512 episodes are about 4 MB, every step holding its
+  whole prompt's ids; unpickling them took tens of ms: docs/LOG.md
+  2026-12-04). The sampling noise is keyed by
   (seed, uid, position) (r1/generate.py), so a seed's trajectories are the
   ones the trainer's own actor plays, whichever process plays them (a test);
 - errors: the child's exception comes back as itself where it pickles (a
@@ -50,8 +58,10 @@ alloc_retries, R1_PROFILE) see its process only.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import pickle
+import queue
 import signal
 import threading
 import time
@@ -70,23 +80,26 @@ class RolloutProcessError(RuntimeError):
 class Handle:
     """A play running in the child: `result()` waits and returns (episodes, graph counts it added or None,
     captures deferred); `wait()` waits and keeps the outcome (an error stays for result()), the episodes not yet
-    decoded: after it the child is free for the next play, and `ok()` says whether result() will return.
-    `seconds` and `cpu_seconds` are the child's wall and CPU time for the play, as r1/overlap.Background gives
-    them; `idle_seconds` the child's time between its last play and this one (pickling and sending the episodes,
-    then waiting for this request): in a steady state a play and the time before it are the iteration's period,
-    so when the trainer waits on the rollout this is the hand-over. None for the child's first play and the one
-    after a cancelled or failed play."""
+    decoded (the replies of plays asked for before it are taken first, into their own Handles), and `ok()`
+    says whether result() will return. `seconds` and `cpu_seconds` are the child's wall and CPU time for the
+    play, as r1/overlap.Background gives them; `idle_seconds` the child's time between its last play and this
+    one (pickling and sending the episodes, then waiting for this request, if it was not already queued): in a
+    steady state a play and the time before it are the iteration's period, so when the trainer waits on the
+    rollout this is the hand-over. None for the child's first play and the one after a cancelled or failed
+    play."""
 
     def __init__(self, owner: "RemoteActor"):
         self.owner, self.seconds, self.cpu_seconds, self.idle_seconds = owner, 0.0, 0.0, None
         self._msg = self._played = None
 
     def wait(self):
-        if self._msg is None:
-            self._msg = self.owner._receive()
-            self.owner._busy = False
-            if self._msg[0] == "ok":
-                self.seconds, self.cpu_seconds, self.idle_seconds = self._msg[4], self._msg[5], self._msg[6]
+        while self._msg is None:  # the replies come in the order the plays were asked for
+            self.owner._collect()
+
+    def _take(self, msg):
+        self._msg = msg
+        if msg[0] == "ok":
+            self.seconds, self.cpu_seconds, self.idle_seconds = msg[4], msg[5], msg[6]
 
     def ok(self) -> bool:
         self.wait()
@@ -124,13 +137,17 @@ class RemoteActor:
 
     def __init__(self, cfg: Config, tok, model, slots: int, d, child_fraction: float = 1.0):
         self.cfg, self.tok, self.model, self.d = cfg, tok, model, d
-        self._busy = self._broken = False
+        self._broken = False
+        self._inflight = collections.deque()  # Handles of the plays asked for, oldest first: at most two
         self._refreshes = 0  # sent with each play: the child copies the shared weights when it moved
+        self._sent = 0  # plays asked for; the child counts those done reading the shared copy in _taken
         ctx = mp.get_context("spawn")
         self.loop = _Stop(ctx.Event())
+        self._taken = ctx.RawValue("q", 0)
         self._conn, child = ctx.Pipe()
         self._proc = ctx.Process(target=_child, name="r1-rollout", daemon=True,
-                                 args=(cfg, model.cfg, slots, str(d.device), child_fraction, child, self.loop.stop))
+                                 args=(cfg, model.cfg, slots, str(d.device), child_fraction, child, self.loop.stop,
+                                       self._taken))
         try:
             with sigint_ignored():  # inherited: a Ctrl-C while the child imports torch is not its traceback
                 self._proc.start()
@@ -150,31 +167,49 @@ class RemoteActor:
             self.close()
             raise RolloutProcessError(f"the rollout process could not start:\n{msg[1]}")
 
+    @property
+    def _busy(self) -> bool:
+        return bool(self._inflight)
+
     def refresh(self, policy):
-        """Copy the policy's weights into the shared generator copy (r1/actor.Actor.refresh); never while a
-        play runs: the child reads the copy at the start of a play."""
-        if self._busy:
-            raise RuntimeError("RemoteActor.refresh while a rollout plays: wait for it first (r1/overlap.py)")
+        """Copy the policy's weights into the shared generator copy (r1/actor.Actor.refresh). The child reads
+        the copy only at the start of a play, so a refresh may come while a play runs, once that play has
+        read it (waited for here: a play asked for is taken as soon as the one before it ends); not with a
+        play queued behind another, whose weights would change before it starts."""
+        if len(self._inflight) > 1:
+            raise RuntimeError("RemoteActor.refresh with a play queued behind another: wait for the first "
+                               "(r1/overlap.py)")
+        while self._taken.value < self._sent:  # the play in flight has not read the shared copy yet
+            if not self._proc.is_alive():
+                raise RolloutProcessError(self._died())
+            time.sleep(0.001)
         from r1.actor import Actor
 
         Actor.refresh(self, policy)
         self._refreshes += 1
 
     def start(self, rows: list, n: int, sampling, **run) -> Handle:
-        """Ask the child to play; returns at once."""
-        if self._busy:
-            raise RuntimeError("RemoteActor.start while a rollout plays: one at a time")
+        """Ask the child to play; returns at once. One play may be queued behind the one that runs: the
+        child starts it when that one ends, without waiting for the trainer to take the episodes."""
+        if len(self._inflight) > 1:
+            raise RuntimeError("RemoteActor.start with a play running and another queued: two at a time")
         if self.d.device.type == "cuda":
             torch.cuda.current_stream(self.d.device).synchronize()  # the refresh's copies land before the child reads
         try:
             self._conn.send(("play", self._refreshes, rows, n, sampling, run))
         except OSError:  # a broken pipe: the process is gone
             raise RolloutProcessError(self._died()) from None
-        self._busy = True
-        return Handle(self)
+        self._sent += 1
+        self._inflight.append(Handle(self))
+        return self._inflight[-1]
 
     def play(self, rows: list, n: int, sampling, **run) -> list:
         return self.start(rows, n, sampling, **run).result()[0]
+
+    def _collect(self):
+        """The oldest play's reply, into its Handle."""
+        msg = self._receive()
+        self._inflight.popleft()._take(msg)
 
     def _receive(self):
         """The child's next message; a child that died says so (its exit code) instead of hanging."""
@@ -202,8 +237,8 @@ class RemoteActor:
         if self._proc.is_alive() and not self._broken:
             if self._busy:
                 self.loop.stop.set()
-                self._receive()  # cancelled, done or died: the child is free again
-                self._busy = False
+                while self._inflight:  # cancelled, done or died, each: the child is free again
+                    self._collect()
                 self.loop.stop.clear()
             try:
                 self._conn.send(("close",))
@@ -259,8 +294,25 @@ def _end_with_parent():
         pass
 
 
-def _child(cfg: Config, model_cfg, slots: int, device: str, fraction: float, conn, stop):
-    """The rollout process: build an Actor on a copy of the shared weights, then play what it is asked."""
+def _requests(conn, inbox: queue.Queue):
+    """The child's reader: every message from the trainer into `inbox` as it comes (None: the trainer is gone),
+    so that a play asked for while another runs never leaves the trainer blocked on a full pipe (a queued
+    request can be larger than the pipe's buffer: 8 KB on macOS) while the child blocks sending its
+    episodes to it."""
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            inbox.put(None)
+            return
+        inbox.put(msg)
+        if msg[0] == "close":
+            return
+
+
+def _child(cfg: Config, model_cfg, slots: int, device: str, fraction: float, conn, stop, taken):
+    """The rollout process: build an Actor on a copy of the shared weights, then play what it is asked, in
+    order; `taken` counts the plays done reading the shared copy (RemoteActor.refresh waits on it)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle: it stops this process
     _end_with_parent()
     dev = torch.device(device)
@@ -297,26 +349,29 @@ def _child(cfg: Config, model_cfg, slots: int, device: str, fraction: float, con
         return
     copied = 0  # the trainer's refresh count the model holds (0: the weights as shared at the start)
     ended = None  # when the last play ended (before its episodes were pickled); None after a failed one
+    inbox = queue.Queue()
+    threading.Thread(target=_requests, args=(conn, inbox), name="r1-requests", daemon=True).start()
     while True:
-        try:
-            msg = conn.recv()
-        except EOFError:  # the trainer is gone
+        msg = inbox.get()
+        if msg is None or msg[0] == "close":  # the trainer is gone, or asks to end
             actor.loop.drop_carried()  # rollout.carry_tokens: the paused episodes' environments close
-            return
-        if msg[0] == "close":
-            actor.loop.drop_carried()
             return
         _, refreshes, rows, n, sampling, run = msg
         t0, c0 = time.time(), time.process_time()
-        idle = None if ended is None else t0 - ended  # pickled, sent, then waited for this request
+        idle = None if ended is None else t0 - ended  # pickled, sent, then waited for this request (if not queued)
         try:
             try:
                 if refreshes != copied:  # the trainer refreshed the shared copy since the last play
                     _copy_into(model, shared)
+                    if dev.type == "cuda":  # read before the trainer may write it again
+                        torch.cuda.current_stream(dev).synchronize()
                     copied = refreshes
+            finally:  # done reading the shared copy (or failed to): the trainer may refresh it
+                taken.value += 1
+            try:
                 graphs, deferred = actor.graph_counts(), chunk_graphs.deferred()
                 played = actor.play(rows, n, sampling, **run)
-            finally:  # done reading the shared copy before any reply: the trainer refreshes it next
+            finally:  # the play's kernels done before its seconds are taken and its reply sent
                 if dev.type == "cuda":
                     torch.cuda.current_stream(dev).synchronize()
             ended = time.time()

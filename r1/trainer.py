@@ -178,7 +178,12 @@ class Trainer:
         before this iteration's update -> (checked episodes, the rollout's own seconds, updates it lags, the
         rollout thread's CPU seconds or None when this iteration played its own rollout, and counted around
         the play itself, wherever it ran: its Actor.graph_counts and CUDA graph captures deferred, and the
-        rollout process's time before the play: Handle.idle_seconds, else None)."""
+        rollout process's time before the play: Handle.idle_seconds, else None).
+
+        The rollout process (train.overlap 2) takes iteration it + 1's request while iteration it's play still
+        runs, so it is refreshed and asked for before that play is waited for: the process starts it the
+        moment it has sent iteration it's episodes (r1/rollout_process.py). The same weights, prompts and
+        seeds either way, so the same episodes."""
         done = self.pending  # the rollout started during the last iteration, if any
         if done is None:
             self.actor.refresh(self.learner.policy)
@@ -187,10 +192,11 @@ class Trainer:
             seconds, cpu, idle = time.time() - t0, None, None
         else:
             self.pending, lag = None, 1
-            if not done.ok():  # the play failed: raise before anything else starts
+            if not isinstance(self.actor, RemoteActor) and not done.ok():  # failed: raise before anything starts
                 done.result()
-            self.actor.refresh(self.learner.policy)  # between rollouts: none is in flight
         if it + 1 < self.cfg.train.steps and not self.ends_the_run():
+            if done is not None:  # the thread's play is done; the process's has read its copy (refresh waits)
+                self.actor.refresh(self.learner.policy)
             self.actor.loop.stop.clear()
             self.pending = self.start_play(it + 1, it)
         if done is not None:  # decoded while the next rollout plays (the rollout process sends them pickled)

@@ -201,21 +201,53 @@ def test_without_a_time_limit_the_next_rollout_starts(tmp_path, monkeypatch):
     assert started == [1] and trainer.pending is None  # iteration 2's rollout, started during iteration 1
 
 
-def test_the_next_play_is_asked_for_before_the_episodes_are_decoded(tmp_path, monkeypatch):
-    """train.overlap 2: the rollout process sends its episodes pickled (about 4 MB for 512), and the trainer
-    refreshes the weights and asks for the next play before it decodes them, so the child does not sit idle
-    through the decoding in a rollout-bound run. Iteration 1 plays its own (start, decode), then starts
-    iteration 2's; iteration 2 starts iteration 3's before decoding its own; iteration 3 starts none."""
+def test_the_next_play_is_asked_for_before_the_last_is_waited_for(tmp_path, monkeypatch):
+    """train.overlap 2: the trainer refreshes the weights and asks for iteration k+1's play before it waits
+    for iteration k's reply (the process takes the request while k plays and starts it when k's episodes are
+    sent), and decodes k's episodes (about 4 MB pickled for 512) while k+1 plays. Iteration 1 plays its own
+    (refresh, start, then result() takes the reply), then asks for iteration 2's on the same weights; iteration 2 asks for
+    3's before it takes 2's reply; iteration 3 asks for none and refreshes nothing. The order before this change (reply, refresh,
+    start) fails it."""
     from r1.rollout_process import Handle, RemoteActor
 
     events = []
-    start, result = RemoteActor.start, Handle.result
-    monkeypatch.setattr(RemoteActor, "start", lambda self, *a, **k: events.append("start") or start(self, *a, **k))
-    monkeypatch.setattr(Handle, "result", lambda self: events.append("decode") or result(self))
+    start, result, refresh, receive = RemoteActor.start, Handle.result, RemoteActor.refresh, RemoteActor._receive
+
+    def log(name, fn):
+        return lambda self, *a, **k: events.append(name) or fn(self, *a, **k)
+
+    monkeypatch.setattr(RemoteActor, "start", log("start", start))
+    monkeypatch.setattr(RemoteActor, "refresh", log("refresh", refresh))
+    monkeypatch.setattr(RemoteActor, "_receive", log("reply", receive))
+    monkeypatch.setattr(Handle, "result", log("decode", result))
     trainer = Trainer(load_config(SMOKE, [f"run.dir={tmp_path / 'run'}", *BASE, "train.overlap=2"]))
     monkeypatch.setattr(trainer.logger, "log", lambda it, m: None)
+    events.clear()  # what the trainer's construction asked (the process's start)
     trainer.fit()
-    assert events == ["start", "decode", "start", "start", "decode", "decode"]
+    assert events == ["refresh", "start", "decode", "reply",  # iteration 1: its own
+                      "start",  # iteration 2's asked for, on the same weights (one update back)
+                      "refresh", "start", "decode", "reply",  # iteration 2: 3's asked for, then 2's reply
+                      "decode", "reply"]  # iteration 3: no next play, no refresh
+
+
+def test_a_failed_play_of_the_process_stops_the_run_with_its_error_and_the_queued_play_cancelled(
+        tmp_path, monkeypatch):
+    """train.overlap 2: iteration 2's play fails in the process (a row its task cannot read) after iteration
+    3's was asked for: fit raises the task's own error, the queued play is cancelled and its reply taken, and
+    the process ends by itself (exit code 0, not killed)."""
+    from r1.tasks.registry import TaskError
+
+    trainer = Trainer(load_config(SMOKE, [f"run.dir={tmp_path / 'run'}", *BASE, "train.overlap=2"]))
+    monkeypatch.setattr(trainer.logger, "log", lambda it, m: None)
+    prompts = trainer.prompts_for
+    monkeypatch.setattr(trainer, "prompts_for", lambda it: [{"no": "such row"}] if it == 1 else prompts(it))
+    asked = []
+    start = trainer.actor.start
+    monkeypatch.setattr(trainer.actor, "start", lambda *a, **k: asked.append(1) or start(*a, **k))
+    with pytest.raises(TaskError, match="its env's reset"):
+        trainer.fit()
+    assert len(asked) == 3  # iterations 1, 2 and 3: the third was queued when the second's error came
+    assert trainer.pending is None and not trainer.actor._inflight and trainer.actor._proc.exitcode == 0
 
 
 def test_graph_counts_are_each_rollouts_own_wherever_it_ran(tmp_path, monkeypatch):

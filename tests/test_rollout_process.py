@@ -53,12 +53,59 @@ def test_the_process_plays_what_an_actor_in_this_process_plays_on_the_refreshed_
     assert episodes(actor.play(rows, 2, sampling, uid_prefix="b-")) == episodes(here.play(rows, 2, sampling,
                                                                                           uid_prefix="b-"))
     handle = actor.start(rows, 2, sampling)
-    with pytest.raises(RuntimeError, match="refresh while a rollout plays"):
-        actor.refresh(policy)
     assert handle.ok() and not actor._busy  # the reply is in, its episodes not yet decoded: the child is free
     played, graphs, deferred = handle.result()
     assert len(played) == 4 and graphs is None and deferred == 0 and handle.seconds > 0
     assert handle.result()[0] is played  # decoded once
+
+
+def test_a_refresh_while_a_play_runs_waits_until_the_play_has_read_its_weights(remote):
+    """The child reads the shared copy at the start of a play; a refresh right after the request (before the
+    child has read it) waits for that, so the play runs on the weights it was asked with and the next play on
+    the new ones. Without the wait the refresh overwrites the copy first (this test fails)."""
+    actor, cfg, tok, model, rows = remote
+    weights = [build_model(cfg.model.path, cfg, tok, CPU.device, seed=s).eval().requires_grad_(False)
+               for s in (1, 2)]
+    sampling = Sampling(1.0, seed=3)
+    actor.refresh(weights[0])
+    handle = actor.start(rows, 2, sampling, uid_prefix="a-")
+    actor.refresh(weights[1])  # at once: the child has likely not taken the request yet
+    assert actor._busy or handle.ok()
+    after = actor.play(rows, 2, sampling, uid_prefix="b-")
+    for played, w, prefix in ((handle.result()[0], weights[0], "a-"), (after, weights[1], "b-")):
+        assert episodes(played) == episodes(Actor(cfg, tok, w, 4, CPU).play(rows, 2, sampling, uid_prefix=prefix))
+
+
+def test_a_play_queued_behind_another_starts_when_it_ends_with_nothing_from_the_trainer(remote):
+    """One play may wait behind the one that runs (r1/trainer.overlapped_rollout asks for the next before it
+    waits): the child takes it as soon as the first is sent, while the trainer reads nothing; each Handle gets
+    its own reply, whichever is waited for first, and the episodes are those of two plays one after the
+    other. A third is refused, and so is a refresh, which would change the queued play's weights."""
+    actor, cfg, tok, model, rows = remote
+    first = actor.start(rows, 2, Sampling(1.0, seed=4), uid_prefix="a-")
+    second = actor.start(rows, 2, Sampling(1.0, seed=5), uid_prefix="b-")
+    with pytest.raises(RuntimeError, match="two at a time"):
+        actor.start(rows, 2, Sampling(1.0, seed=6))
+    with pytest.raises(RuntimeError, match="queued behind another"):
+        actor.refresh(model)
+    for _ in range(6000):  # both taken by the child, the trainer having read nothing (60 s at most)
+        if actor._taken.value == 2:
+            break
+        time.sleep(0.01)
+    assert actor._taken.value == 2 and len(actor._inflight) == 2
+    assert second.ok() and first._msg is not None and not actor._busy
+    here = Actor(cfg, tok, model, 4, CPU)
+    assert episodes(second.result()[0]) == episodes(here.play(rows, 2, Sampling(1.0, seed=5), uid_prefix="b-"))
+    assert episodes(first.result()[0]) == episodes(here.play(rows, 2, Sampling(1.0, seed=4), uid_prefix="a-"))
+    assert second.idle_seconds is not None  # the time between the two: the first's pickling and sending
+
+
+def test_close_with_a_play_queued_cancels_both(remote):
+    actor, cfg, tok, model, rows = remote
+    actor.start(rows * 64, 4, Sampling(1.0, seed=0))
+    actor.start(rows * 64, 4, Sampling(1.0, seed=1))
+    actor.close()
+    assert actor._proc.exitcode == 0
 
 
 def test_the_time_between_two_plays_is_reported_with_the_second(remote):
