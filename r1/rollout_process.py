@@ -30,7 +30,9 @@ What crosses the boundary, and why it stays exact:
   whole prompt's ids; unpickling them took tens of ms: docs/LOG.md
   2026-12-04). The sampling noise is keyed by
   (seed, uid, position) (r1/generate.py), so a seed's trajectories are the
-  ones the trainer's own actor plays, whichever process plays them (a test);
+  ones the trainer's own actor plays, whichever process plays them (a test;
+  on a CPU where both run as many threads, since a CPU matmul's rounding
+  depends on the count, and the two split the trainer's threads: below);
 - errors: the child's exception comes back as itself where it pickles (a
   task's TaskError stays one line in train.py), its traceback as the cause;
   a child that dies is reported with its exit code, never a hang. The child
@@ -42,7 +44,9 @@ every rollout and every held-out evaluation; the trainer builds no actor of
 its own, so the KV cache lives only in the child. It costs a second
 generator copy and a CUDA context (the memory plan counts both); under
 run.memory_fraction < 1 the child is capped at its planned share and the
-trainer at the rest. Under torchrun each rank has its own: the refresh's
+trainer at the rest; on a CPU the two split the trainer's torch threads
+(each at torch's default, every core, both busy at once: an iteration took
+twice the synchronous one; split, about the same). Under torchrun each rank has its own: the refresh's
 gather stays a collective of the trainers, the processes hold no process
 group. The child is a daemon, so an environment cannot
 start processes of its own there.
@@ -144,14 +148,22 @@ class RemoteActor:
         ctx = mp.get_context("spawn")
         self.loop = _Stop(ctx.Event())
         self._taken = ctx.RawValue("q", 0)
+        # on a CPU the two processes split this one's threads (as many each, both busy at once, was twice as
+        # slow as the synchronous loop: docs/LOG.md 2026-12-05); close() gives them back
+        self._threads = torch.get_num_threads() if d.device.type == "cpu" else None
+        threads = None
+        if self._threads:
+            threads = max(1, self._threads // 2)
+            torch.set_num_threads(max(1, self._threads - threads))
         self._conn, child = ctx.Pipe()
         self._proc = ctx.Process(target=_child, name="r1-rollout", daemon=True,
                                  args=(cfg, model.cfg, slots, str(d.device), child_fraction, child, self.loop.stop,
-                                       self._taken))
+                                       self._taken, threads))
         try:
             with sigint_ignored():  # inherited: a Ctrl-C while the child imports torch is not its traceback
                 self._proc.start()
         except Exception as e:  # noqa: BLE001 - e.g. no room for the child's arguments in /dev/shm
+            self._give_back_threads()
             raise RolloutProcessError(f"the rollout process could not start: {type(e).__name__}: {e}") from e
         finally:
             child.close()
@@ -166,6 +178,7 @@ class RemoteActor:
         if msg[0] != "ready":
             self.close()
             raise RolloutProcessError(f"the rollout process could not start:\n{msg[1]}")
+        self.child_threads = msg[1]  # its torch threads
 
     @property
     def _busy(self) -> bool:
@@ -249,6 +262,12 @@ class RemoteActor:
             self._proc.kill()
             self._proc.join(5)
         self._conn.close()
+        self._give_back_threads()
+
+    def _give_back_threads(self):
+        if self._threads:
+            torch.set_num_threads(self._threads)
+            self._threads = None
 
 
 def _copy_into(model, shared: dict):
@@ -310,12 +329,15 @@ def _requests(conn, inbox: queue.Queue):
             return
 
 
-def _child(cfg: Config, model_cfg, slots: int, device: str, fraction: float, conn, stop, taken):
+def _child(cfg: Config, model_cfg, slots: int, device: str, fraction: float, conn, stop, taken, threads):
     """The rollout process: build an Actor on a copy of the shared weights, then play what it is asked, in
-    order; `taken` counts the plays done reading the shared copy (RemoteActor.refresh waits on it)."""
+    order; `taken` counts the plays done reading the shared copy (RemoteActor.refresh waits on it); `threads`
+    its share of the trainer's CPU threads (None: torch's default)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle: it stops this process
     _end_with_parent()
     dev = torch.device(device)
+    if threads:
+        torch.set_num_threads(threads)
     try:
         if dev.type == "cuda":
             torch.cuda.set_device(dev)
@@ -343,7 +365,7 @@ def _child(cfg: Config, model_cfg, slots: int, device: str, fraction: float, con
         if dev.type == "cuda":  # the projections fused by the Generator left their unfused copies cached: free them
             torch.cuda.synchronize(dev)
             torch.cuda.empty_cache()
-        conn.send(("ready",))
+        conn.send(("ready", torch.get_num_threads()))
     except BaseException as e:  # noqa: BLE001 - reported to the trainer, which raises it
         conn.send(_error(e))
         return

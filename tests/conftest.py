@@ -35,6 +35,17 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture
+def one_thread():
+    """torch at one CPU thread for the test. A CPU matmul's rounding depends on the thread count, and on a CPU
+    the rollout process (train.overlap 2) takes half the trainer's threads: its episodes are the trainer's own
+    bit for bit where both count alike, which one thread makes so."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def tok_dir(tmp_path_factory):
     """The SmolLM2 tokenizer saved as an HF folder: subprocesses load it in a second instead of parsing the GGUF.

@@ -32,10 +32,11 @@ def episodes(trajs):
 
 @pytest.mark.parametrize("overlap", [1, 2])
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
-def test_overlap_rollouts_are_the_synchronous_ones_one_update_back(tmp_path, monkeypatch, device, overlap):
+def test_overlap_rollouts_are_the_synchronous_ones_one_update_back(tmp_path, monkeypatch, device, overlap,
+                                                                   one_thread):
     """On CUDA (not run on the CPU machine yet): the bf16 generator copy, the rollout's own stream, CUDA
     graphs captured in the thread while the update runs. overlap 2: the same episodes, played by the rollout
-    process (r1/rollout_process.py) from the weights shared with it."""
+    process (r1/rollout_process.py) from the weights shared with it (on a CPU at one thread: see one_thread)."""
     cfg = load_config(SMOKE, [f"run.dir={tmp_path / 'overlap'}", *BASE, f"train.overlap={overlap}",
                               f"run.device={device}"])
     trainer = Trainer(cfg)

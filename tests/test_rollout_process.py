@@ -35,7 +35,7 @@ def pieces(tmp_path, *more):
 
 
 @pytest.fixture
-def remote(tmp_path):
+def remote(tmp_path, one_thread):
     cfg, tok, model, rows = pieces(tmp_path)
     actor = RemoteActor(cfg, tok, model, 4, CPU)
     yield actor, cfg, tok, model, rows
@@ -158,6 +158,28 @@ def test_close_during_a_play_cancels_it_and_the_process_ends_on_its_own(remote):
     actor.start(rows * 64, 4, Sampling(1.0, seed=0))  # 512 episodes: a reply larger than the pipe's buffer
     actor.close()
     assert actor._proc.exitcode == 0  # not killed: it was not left blocked sending its episodes
+
+
+def test_on_a_cpu_the_two_processes_split_the_threads_and_close_gives_them_back(tmp_path):
+    """Both processes at torch's default (every core each, both busy at once) made an overlap-2 iteration
+    twice the synchronous one on a CPU (docs/LOG.md 2026-12-05): the child takes half, the trainer the rest,
+    until close()."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(4)
+    try:
+        cfg, tok, model, rows = pieces(tmp_path)
+        actor = RemoteActor(cfg, tok, model, 4, CPU)
+        try:
+            assert (torch.get_num_threads(), actor.child_threads) == (2, 2)
+        finally:
+            actor.close()
+        assert torch.get_num_threads() == 4
+        torch.set_num_threads(1)  # one thread: both keep it
+        actor = RemoteActor(cfg, tok, model, 4, CPU)
+        actor.close()
+        assert (actor.child_threads, torch.get_num_threads()) == (1, 1)
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_the_memory_fraction_is_split_between_the_two_processes():
