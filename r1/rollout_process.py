@@ -8,7 +8,7 @@ A process has an interpreter and a CUDA context of its own.
 
 What crosses the boundary, and why it stays exact:
 - the weights: the trainer keeps its generator copy (r1/actor.py) and
-  refreshes it as before, between rollouts; that copy's tensors are shared
+  refreshes it as before, once an iteration; that copy's tensors are shared
   with the child (CUDA IPC on a GPU, shared memory on a CPU), and the child
   copies them into its own generator model at the start of a play that
   follows a refresh (a count travels with each request), so

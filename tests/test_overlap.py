@@ -12,6 +12,7 @@ from r1.algos.policy_losses import POLICY_LOSSES, PolicyLoss
 from r1 import chunk_graphs
 from r1.chunk_graphs import CaptureDeferred, capture, deferred, hold_captures, release_captures
 from r1.config import ConfigError, load_config
+from r1.generate import Sampling
 from r1.overlap import Background
 from r1.trainer import Trainer
 from test_trainer import SMOKE, TINY
@@ -315,15 +316,24 @@ def test_an_error_cancels_the_pending_rollout(tmp_path, monkeypatch):
     assert captures_free()  # the cancelled rollout's hold let go
 
 
-def test_held_out_reads_between_overlapped_iterations_hold_nothing_after(tmp_path, monkeypatch):
+@pytest.mark.parametrize("overlap", [1, 2])
+def test_held_out_reads_between_overlapped_iterations_hold_nothing_after(tmp_path, monkeypatch, overlap):
     """eval.every under overlap: the read waits for the rollout in flight (letting go of captures: the
     evaluation's own graphs may be captured), the next iteration takes that rollout's episodes, and after the
-    run nothing holds captures."""
-    trainer = Trainer(load_config(SMOKE, [f"run.dir={tmp_path / 'run'}", *BASE, "train.overlap=1", "eval.every=1"]))
+    run nothing holds captures. overlap 2: the evaluation plays in the process between two of its rollouts."""
+    trainer = Trainer(load_config(SMOKE, [f"run.dir={tmp_path / 'run'}", *BASE, f"train.overlap={overlap}",
+                                          "eval.every=1"]))
     monkeypatch.setattr(trainer.logger, "log", lambda it, m: None)
-    held = []
-    trainer.fit(lambda actor: held.append(chunk_graphs._gate.locked()) or {"accuracy": 0.5})
-    assert held == [False, False, False] and trainer.pending is None and captures_free()
+    held, played = [], []
+
+    def evaluate(actor):  # plays, as r1/evaluate.py does: in the process with overlap 2
+        held.append(chunk_graphs._gate.locked())
+        played.append(len(actor.play(trainer.prompts_for(0)[:1], 1, Sampling(1.0, seed=0))))
+        return {"accuracy": 0.5}
+
+    trainer.fit(evaluate)
+    assert held == [False, False, False] and played == [1, 1, 1]
+    assert trainer.pending is None and captures_free()
 
 
 def test_switch_interval_from_the_environment(monkeypatch):
