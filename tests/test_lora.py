@@ -423,7 +423,7 @@ def test_adapters_generator_in_a_run_and_its_memory_plan(tmp_path):
 
     cfg = load_config(SMOKE, [f"run.dir={tmp_path / 'run'}", *TINY, *LORA, "model.lora_generator=adapters",
                               "train.overlap=1", "algo.advantage=grpo", "algo.kl_coef=0",
-                              "algo.policy_loss=decoupled_ppo", "algo.tis_cap=2", "train.steps=2", "train.lr=3e-3",
+                              "algo.policy_loss=decoupled_ppo", "algo.tis_cap=2", "train.steps=3", "train.lr=3e-3",
                               "log.tensorboard=false"])
     trainer = Trainer(cfg)
     gen, policy = trainer.actor.model, trainer.learner.policy
@@ -431,7 +431,8 @@ def test_adapters_generator_in_a_run_and_its_memory_plan(tmp_path):
     assert gen.model.embed_tokens.weight is policy.model.embed_tokens.weight
     assert gen.model.layers[0].self_attn.q_proj.weight is policy.model.layers[0].self_attn.q_proj.weight
     trainer.fit()
-    # B starts at zero: the generator's copy moved with a trained policy (one update behind it: overlap)
+    # B starts at zero: the generator's copy moved with a trained policy (one update behind it: overlap; the
+    # refresh before iteration 3's play, the last iteration refreshing nothing no play would use)
     assert gen.model.layers[0].self_attn.q_proj.lora_B.abs().sum() > 0
     assert not gen.model.layers[0].self_attn.q_proj.lora_B.requires_grad
     small = tiny_config("llama", vocab_size=256)
