@@ -1,0 +1,63 @@
+"""Issue 29's rule, chosen before the run it judges: does a candidate recipe replace the recipe?
+
+The rule (docs/LOG.md, 2026-12-04): the candidate becomes the recipe if the mean of its in-run validation
+reads (eval_accuracy, all 500 validation problems, every eval.every iterations) in the second half of its RL
+time is at least the recipe's over the second half of its own. "The second half of its RL time" is the reads
+logged after half the loop's last `time_elapsed` (the RL loop's wall time, held-out reads included, the same
+schedule for both): by time, not iterations, because a faster candidate runs more of them in the same
+half hour. The read before RL (iteration 0, no time_elapsed) is never in it. The test split is not read
+here: it picks nothing.
+
+    python bench/recipe_rule.py CANDIDATE_RUN RECIPE_RUN [--save PATH]
+
+Prints one JSON object: each run's reads in its second half (iteration, seconds, accuracy), their mean,
+and `candidate_wins` (mean >= the recipe's). A run without a read in its second half is an error, not a
+loss: the rule cannot be applied to it.
+"""
+import argparse
+import json
+import os
+
+
+def second_half_reads(run: str) -> list:
+    """[(iteration, time_elapsed, eval_accuracy)] of the run's held-out reads after half its RL time."""
+    path = os.path.join(run, "metrics.jsonl")
+    try:
+        with open(path) as f:
+            lines = [json.loads(ln) for ln in f if ln.strip()]
+    except OSError as e:
+        raise SystemExit(f"error: {path}: {e.strerror or e}") from None
+    except json.JSONDecodeError as e:
+        raise SystemExit(f"error: {path}: not JSON lines ({e})") from None
+    timed = [m for m in lines if "time_elapsed" in m]
+    if not timed:
+        raise SystemExit(f"error: {path}: no RL iteration logged (no time_elapsed)")
+    half = timed[-1]["time_elapsed"] / 2
+    reads = [(m["iter"], round(m["time_elapsed"], 1), m["eval_accuracy"]) for m in timed
+             if "eval_accuracy" in m and m["time_elapsed"] > half]
+    if not reads:
+        raise SystemExit(f"error: {path}: no held-out read (eval_accuracy) after half its RL time "
+                         f"({half:.0f} s): the rule needs eval.every > 0")
+    return reads
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("candidate")
+    ap.add_argument("recipe")
+    ap.add_argument("--save", default=None)
+    a = ap.parse_args(argv)
+    out = {"name": "recipe_rule"}
+    for name, run in (("candidate", a.candidate), ("recipe", a.recipe)):
+        reads = second_half_reads(run)
+        out[name] = {"run": run, "reads": reads, "mean": round(sum(r[2] for r in reads) / len(reads), 4)}
+    out["candidate_wins"] = out["candidate"]["mean"] >= out["recipe"]["mean"]
+    print(json.dumps(out))
+    if a.save:
+        with open(a.save, "w") as f:
+            f.write(json.dumps(out) + "\n")
+    return out
+
+
+if __name__ == "__main__":
+    main()
