@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from r1.config import load_config  # noqa: E402
+from r1.config import ConfigError, load_config  # noqa: E402
 from r1.distributed import Dist  # noqa: E402
 from r1.generate import Sampling  # noqa: E402
 from r1.rollout_process import RemoteActor  # noqa: E402
@@ -87,8 +87,11 @@ def main(argv=None) -> dict:
     a = ap.parse_args(argv)
     cuda = torch.cuda.is_available()
     device = torch.device("cuda", 0) if cuda else torch.device("cpu")
-    cfg = load_config(a.config, [*([] if cuda else CPU_MODEL), f"run.device={device.type}", "train.overlap=2",
-                                 "algo.policy_loss=decoupled_ppo", *a.overrides])
+    try:
+        cfg = load_config(a.config, [*([] if cuda else CPU_MODEL), f"run.device={device.type}", "train.overlap=2",
+                                     "algo.policy_loss=decoupled_ppo", *a.overrides])
+    except ConfigError as e:
+        raise SystemExit(f"error: {e}") from None
     d = Dist(0, 1, 0, device)
     tok = run_tokenizer(cfg)
     dtype = torch.bfloat16 if cuda else torch.float32

@@ -2,6 +2,8 @@
 each reports the rollout process's time between plays and the period, and the saved line is the printed one."""
 import json
 
+import pytest
+
 from bench import handover
 
 
@@ -14,3 +16,8 @@ def test_handover_bench_measures_both_orders(tmp_path):
         assert r[order]["idle_s"] >= 0 and r[order]["idle_max_s"] >= r[order]["idle_s"] and r[order]["period_s"] > 0
     assert r["reply_mb"] > 0 and r["dumps_s"] > 0 and r["loads_s"] > 0 and r["refresh_s"] > 0
     assert json.loads(out.read_text()) == r
+
+
+def test_a_misspelled_key_is_one_line():
+    with pytest.raises(SystemExit, match=r"^error: unknown config key 'rollout.promts'"):
+        handover.main(["rollout.promts=2"])
