@@ -98,7 +98,8 @@ def main(argv=None) -> dict:
     policy = build_model(cfg.model.path, cfg, tok, device, seed=cfg.run.seed).eval().requires_grad_(False)
     shared = build_model(cfg.model.path, cfg, tok, device, seed=cfg.run.seed).to(dtype).eval().requires_grad_(False)
     rows = load_rows(cfg, "train")[:cfg.rollout.prompts]
-    slots = cfg.rollout.slots if isinstance(cfg.rollout.slots, int) else 512
+    # rollout.slots auto (0): a slot for every episode of a play, as the memory plan gives 512 episodes on an H200
+    slots = cfg.rollout.slots or cfg.rollout.prompts * cfg.rollout.n
     actor = RemoteActor(cfg, tok, shared, slots, d)
     try:
         t0 = time.time()  # the first play: its length sets the sleep; its episodes the payload measures
