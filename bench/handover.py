@@ -42,6 +42,7 @@ import torch  # noqa: E402
 from r1.config import ConfigError, load_config  # noqa: E402
 from r1.distributed import Dist  # noqa: E402
 from r1.generate import Sampling  # noqa: E402
+from r1.memory import slots_needed  # noqa: E402
 from r1.rollout_process import RemoteActor  # noqa: E402
 from r1.run import build_model, run_tokenizer  # noqa: E402
 from r1.tasks.data import load_rows  # noqa: E402
@@ -98,8 +99,7 @@ def main(argv=None) -> dict:
     policy = build_model(cfg.model.path, cfg, tok, device, seed=cfg.run.seed).eval().requires_grad_(False)
     shared = build_model(cfg.model.path, cfg, tok, device, seed=cfg.run.seed).to(dtype).eval().requires_grad_(False)
     rows = load_rows(cfg, "train")[:cfg.rollout.prompts]
-    # rollout.slots auto (0): a slot for every episode of a play, as the memory plan gives 512 episodes on an H200
-    slots = cfg.rollout.slots or cfg.rollout.prompts * cfg.rollout.n
+    slots = cfg.rollout.slots or slots_needed(cfg, 1)  # auto (0): the rows a play needs, the memory plan's rule
     actor = RemoteActor(cfg, tok, shared, slots, d)
     try:
         t0 = time.time()  # the first play: its length sets the sleep; its episodes the payload measures

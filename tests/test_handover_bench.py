@@ -18,7 +18,7 @@ def test_handover_bench_measures_both_orders(tmp_path):
     assert json.loads(out.read_text()) == r
 
 
-def test_auto_slots_give_a_slot_an_episode():
+def test_auto_slots_are_the_plans_rows():
     """The configs say rollout.slots: auto (0 once loaded); the bench once handed 0 slots to the generator and
     stopped on the H200 (2026-12-05)."""
     r = handover.main(["--plays", "2", "--rounds", "1", "rollout.prompts=2", "rollout.n=2", "rollout.max_new_tokens=4",
