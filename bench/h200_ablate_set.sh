@@ -8,7 +8,11 @@
 #   setsid nohup bash bench/h200_ablate_set.sh MODEL.gguf RESULTS_DIR [CONFIG] &    env: ONLY (ablation names,
 #     required), ABL_TIME (RL seconds a lane, default 300), TEST (lanes read once on the test split: final recipes
 #     only, default none), SFT_STEPS (default 872, the recipe's), EXTRA (overrides for every command: a CPU dry run),
-#     BASE_ABL (ablation files under every lane, the recipe's included: h200_ablate.sh)
+#     BASE_ABL (ablation files under every lane, the recipe's included: h200_ablate.sh), GPUS (device ids on a host
+#     of several GPUs, e.g. "1 2": the SFT on the first, then the lanes side by side, one GPU each, as h200_ablate.sh
+#     runs them; unset, everything on the default GPU, one lane at a time). A lane with a GPU to itself is alone
+#     on its GPU, so a pair at equal time stays fair and takes one lane's time; the other GPUs stay free for
+#     another job (bench/h200_wait_all.sh follows several)
 #   Run it from the repository root. Started again on the same folder it skips the phases marked done; a phase cut
 #   short left its run folder behind, which train.py refuses to overwrite: remove that folder first.
 set -u
@@ -21,8 +25,10 @@ for n in $ONLY; do [ -e "configs/ablations/$n.yaml" ] || { echo "$me: ONLY names
 M=$1; R=$2; CFG=${3:-configs/gsm8k_tool_30min.yaml}; mkdir -p "$R"
 . "$(dirname "$0")/phases.sh"  # log, phase
 log "begin: ablation set ($ONLY), $(python3 -c 'import torch; print(torch.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu")') $CFG"
+read -r -a gpus <<< "${GPUS:-}"
+( [ ${#gpus[@]} -gt 0 ] && export CUDA_VISIBLE_DEVICES=${gpus[0]}  # the SFT's GPU; h200_ablate.sh pins the rest
 phase sft python3 train.py --config "$CFG" model.path="$M" run.dir="$R/sft" train.stage=sft train.sft_steps=0 \
   train.steps="${SFT_STEPS:-872}" train.lr=5e-5 train.warmup=20 train.schedule=cosine train.checkpoint_every=100000 \
-  log.progress=false ${EXTRA:-} || exit 1
-ONLY="$ONLY" TEST="${TEST:-}" SOLO=0 LANES=1 ABL_TIME="${ABL_TIME:-300}" bash "$(dirname "$0")/h200_ablate.sh" \
+  log.progress=false ${EXTRA:-} ) || exit 1
+ONLY="$ONLY" TEST="${TEST:-}" SOLO=0 LANES=$((${#gpus[@]} > 0 ? ${#gpus[@]} : 1)) ABL_TIME="${ABL_TIME:-300}" bash "$(dirname "$0")/h200_ablate.sh" \
   "$R/sft/hf" "$R" "$CFG"

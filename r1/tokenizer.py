@@ -40,7 +40,8 @@ question or a tool result holds reach the model as written, token for token (`\u
 question was read as a marker and became `<jupyter_output>`).
 
 GGUF tokenizers: transformers 5.x builds them with `eos_token` set to the BOS token
-(`integrations/ggml.py`, GPT2 converter), so we reset bos/eos/pad from the GGUF metadata.
+(`integrations/ggml.py`, GPT2 converter), so bos/eos/pad are reset from the GGUF metadata.
+Building one takes about 20 s of a laptop core, so r1/gguf_tokenizer.py caches the conversion.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from r1.bounded import check_file, inside, read_json
+from r1.gguf_tokenizer import gguf_tokenizer
 from r1.weights import gguf_header, resolve
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -129,9 +131,7 @@ def _load(path: str) -> "ChatTokenizer":
     p = Path(path)
     if p.suffix == ".gguf":
         header = gguf_header(p)  # a damaged header or tokenizer array is one line here, not a numpy error
-        hf = AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)
-        _fix_gguf_special_tokens(hf, p)
-        tok = ChatTokenizer(hf, path)
+        tok = ChatTokenizer(gguf_tokenizer(p, header), path)
         embedding = header["tensors"].get("token_embd.weight")
         if embedding:  # GGUF dims are innermost first: (hidden, vocab)
             check_vocab(tok, int(embedding[0][-1]), path)
@@ -167,17 +167,6 @@ def check_vocab(tok: "ChatTokenizer", vocab_size: int, model, own: bool = False)
     raise ValueError(f"tokenizer {tok.name} has {n} token ids but the model {model} has {vocab_size} embedding "
                      f"rows: ids {vocab_size}..{n - 1} would fail in the first rollout; use the model's own "
                      f"tokenizer or one of at most {vocab_size} ids")
-
-
-def _fix_gguf_special_tokens(hf, path: Path) -> None:
-    # transformers' header reader skips the vocabulary arrays: milliseconds, where GGUFReader takes seconds
-    from transformers.integrations.gguf import read_gguf_metadata
-
-    metadata, _ = read_gguf_metadata(str(path))
-    for key, attr in (("bos", "bos_token"), ("eos", "eos_token"), ("padding", "pad_token")):
-        token_id = metadata.get(f"tokenizer.ggml.{key}_token_id")
-        if token_id is not None:
-            setattr(hf, attr, hf.convert_ids_to_tokens(int(token_id)))
 
 
 class ChatTokenizer:

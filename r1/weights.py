@@ -367,7 +367,8 @@ def gguf_header(path) -> dict:
     the file cannot hold (2^62 tensors in 76 KB), a string or array running past the end (a truncated
     tokenizer array), a tensor whose type is unknown or whose data lies outside the file, tokenizer arrays
     whose lengths disagree. Arrays of numbers are skipped in one step; a 49,152-token vocabulary is one
-    length read per string (about 30 ms for SmolLM2)."""
+    length read per string (about 30 ms for SmolLM2). "metadata_end": where the key-values end (the bytes that
+    hold the tokenizer, which r1/tokenizer.py's cache is keyed by)."""
     import mmap
     import struct
 
@@ -442,6 +443,7 @@ def gguf_header(path) -> dict:
         for _ in range(n_kv):
             key = string("a metadata key").decode("utf-8", "replace")
             kv[key] = value(take("I"), key)
+        metadata_end = pos
         tensors = {}
         for _ in range(n_tensors):
             name = string("a tensor name").decode("utf-8", "replace")
@@ -480,7 +482,8 @@ def gguf_header(path) -> dict:
             token_id = kv.get(f"tokenizer.ggml.{key}_token_id")
             if token_id is not None and not (type(token_id) is int and 0 <= token_id < tokens[2]):
                 fail(f"tokenizer.ggml.{key}_token_id {token_id!r} is not one of the {tokens[2]} tokens")
-    return {"kv": kv, "tensors": {name: (dims, kind) for name, (dims, kind, _) in tensors.items()}}
+    return {"kv": kv, "tensors": {name: (dims, kind) for name, (dims, kind, _) in tensors.items()},
+            "metadata_end": metadata_end}  # bytes 0..metadata_end: the header and every key-value (the tokenizer's)
 
 
 def _unpermute_rows(w: torch.Tensor, n_head: int) -> torch.Tensor:

@@ -1,6 +1,8 @@
-"""Shared pytest set-up: the repo root on sys.path, the `gpu` and `slow` markers."""
+"""Shared pytest set-up: the repo root on sys.path, the `gpu` and `slow` markers, a cache of the run's own."""
 import os
+import shutil
 import sys
+import tempfile
 
 import pytest
 import torch
@@ -12,6 +14,10 @@ torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs CUDA; skipped without it")
     config.addinivalue_line("markers", "slow: takes more than a few seconds on CPU")
+    if "R1_CACHE" not in os.environ:  # a GGUF tokenizer converted once for the whole run, its subprocesses
+        # included (r1/gguf_tokenizer.py), in a folder of the run's own: the suite leaves ~/.cache alone
+        os.environ["R1_CACHE"] = tempfile.mkdtemp(prefix="r1-test-cache-")
+        config.add_cleanup(lambda path=os.environ["R1_CACHE"]: shutil.rmtree(path, ignore_errors=True))
 
 
 def pytest_report_header(config):

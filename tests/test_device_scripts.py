@@ -369,3 +369,71 @@ def test_the_gpu_suite_says_first_when_smollm2s_tokenizer_is_missing(monkeypatch
     monkeypatch.delenv("R1_TEST_TOKENIZER")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert pytest_report_header(None) is None
+
+
+WAIT_ALL = os.path.join(ROOT, "bench", "h200_wait_all.sh")
+
+
+def two_jobs(tmp_path, first_alive: bool, second_alive: bool, second_progress: str = BEGIN + DONE):
+    """Two fake jobs of one host (fake_job's folder, renamed), e.g. the recipe on GPU 0 and a pair on GPUs 1-2."""
+    folders = []
+    for name, alive, progress in (("recipe", first_alive, BEGIN + DONE), ("pair", second_alive, second_progress)):
+        res, _ = fake_job(tmp_path / f"make-{name}", progress, os.getpid() if alive else gone_pid())
+        folders.append(str(res.rename(tmp_path / name)))
+    return folders
+
+
+def wait_all(out, limit, folders):
+    return subprocess.run(["bash", WAIT_ALL, str(out), str(limit), *folders], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+
+
+@pytest.mark.parametrize("first_alive", [False, True])
+def test_wait_all_says_running_while_any_job_runs_and_packs_each_apart(tmp_path, first_alive):
+    """Two jobs, one call: a job still running (whichever is waited on first) keeps the status at 2 (call again),
+    the ended one is packed all the same, and each archive lands in a folder of its job's name (h200_collect.sh
+    names its archive results.tgz, so a shared folder would keep only the last job's)."""
+    folders = two_jobs(tmp_path, first_alive, not first_alive)
+    r = wait_all(tmp_path / "out", 2, folders)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "some job still running" in r.stdout
+    for name in ("recipe", "pair"):
+        with tarfile.open(tmp_path / "out" / name / "results.tgz") as t:
+            assert f"{name}/lane/metrics.jsonl" in t.getnames()
+
+
+@pytest.mark.parametrize("second, rc", [(BEGIN + DONE, 0), (BEGIN + FAIL, 1), (BEGIN + FAIL + DONE, 3)])
+def test_wait_all_ends_with_the_worst_status_once_every_job_ended(tmp_path, second, rc):
+    r = wait_all(tmp_path / "out", 100, two_jobs(tmp_path, False, False, second))
+    assert r.returncode == rc, r.stdout + r.stderr
+    assert f"every job ended (status {rc})" in r.stdout
+
+
+def test_wait_all_refuses_two_folders_of_one_name_before_it_waits(tmp_path):
+    (tmp_path / "a" / "res").mkdir(parents=True)
+    (tmp_path / "b" / "res").mkdir(parents=True)
+    r = wait_all(tmp_path / "out", 540, [str(tmp_path / "a" / "res"), str(tmp_path / "b" / "res")])
+    assert r.returncode == 4 and "two folders named res" in r.stdout
+    assert not (tmp_path / "out").exists()
+
+
+def test_ablate_set_on_named_gpus_pins_the_sft_each_lane_and_the_test_reads(tmp_path):
+    """GPUS="1 2" on a host shared with another job (the recipe on GPU 0): the SFT and the test reads on GPU 1, a
+    lane on each named GPU, side by side; nothing on a GPU not named (unpinned, a command would take GPU 0)."""
+    env, record = recording_python(tmp_path, line='"${CUDA_VISIBLE_DEVICES:-none} $*"')
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    env.update(ONLY="overlap_process", BASE_ABL="grpo", TEST="recipe overlap_process", GPUS="1 2", SFT_STEPS="467")
+    res = tmp_path / "res"
+    r = subprocess.run(["bash", os.path.join(ROOT, "bench", "h200_ablate_set.sh"), "m.gguf", str(res)],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    calls = [c.split(" ", 1) for c in record.read_text().splitlines()]
+    runs = [(gpu, cmd) for gpu, cmd in calls if cmd.startswith(("train.py", "eval.py"))]
+    assert len(runs) == 7  # the SFT; two lanes' training and validation; two test reads
+    gpu_of = {}
+    for gpu, cmd in runs:
+        kind = ("sft" if "train.stage=sft" in cmd else "test" if "eval.split=test" in cmd
+                else "overlap_process" if "overlap_process" in cmd else "recipe")
+        gpu_of.setdefault(kind, set()).add(gpu)
+    assert gpu_of == {"sft": {"1"}, "recipe": {"1"}, "overlap_process": {"2"}, "test": {"1"}}
+    assert "2 lanes a wave" in (res / "progress.txt").read_text()
