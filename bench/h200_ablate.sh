@@ -50,9 +50,9 @@ for ((i = 0; i < ${#names[@]}; i += L)); do
   k=0; for n in "${names[@]:i:L}"; do lane "$n" "${gpus[$((k % (G > 0 ? G : 1)))]:-}" & k=$((k + 1)); done
   wait
 done
-# what a lane pays for sharing: the recipe's lane alone, same seconds, same memory fraction, no evaluation after
 [ "$G" -gt 0 ] && export CUDA_VISIBLE_DEVICES=${gpus[0]}  # what follows runs on the first GPU named, not on one
 # GPUS left out (another job's, on a host the jobs share: bench/h200_wait_all.sh)
+# what a lane pays for sharing: the recipe's lane alone, same seconds, same memory fraction, no evaluation after
 [ "$L" -gt "$((G > 0 ? G : 1))" ] && [ "${SOLO:-1}" = 1 ] && phase "rl-solo" python3 train.py --config "$REC" "${base[@]}" model.path="$S" run.dir="$R/solo/recipe" \
   train.sft_steps=0 train.time_limit=$T eval.every=10 eval.limit=200 run.memory_fraction=$F log.progress=false $X
 # a lane whose file changes the environment (env.max_steps, the context policy) is read under it, so the recipe's

@@ -368,7 +368,7 @@ def gguf_header(path) -> dict:
     tokenizer array), a tensor whose type is unknown or whose data lies outside the file, tokenizer arrays
     whose lengths disagree. Arrays of numbers are skipped in one step; a 49,152-token vocabulary is one
     length read per string (about 30 ms for SmolLM2). "metadata_end": where the key-values end (the bytes that
-    hold the tokenizer, which r1/tokenizer.py's cache is keyed by)."""
+    hold the tokenizer, which r1/gguf_tokenizer.py's cache is keyed by)."""
     import mmap
     import struct
 
