@@ -9,6 +9,7 @@
 # statuses (0 every job done and every phase passed; 1 died, 3 some phase failed, 4 no such folder).
 [ $# -ge 3 ] || { echo "usage: bench/h200_wait_all.sh OUT_DIR LIMIT RESULTS_DIR... (see the comment at its top)"; exit 2; }
 O=$1; LIMIT=$2; shift 2
+[[ $LIMIT =~ ^[0-9]+$ ]] || { echo "bench/h200_wait_all.sh: LIMIT is seconds, got '$LIMIT' (usage: OUT_DIR LIMIT RESULTS_DIR...)"; exit 2; }
 names=$(for R in "$@"; do basename "$R"; done | sort | uniq -d)
 [ -z "$names" ] || { echo "bench/h200_wait_all.sh: two folders named $(echo $names): their archives would meet in $O"; exit 4; }
 running=0; worst=0
@@ -20,5 +21,5 @@ for R in "$@"; do
   if [ $rc = 2 ]; then running=1; elif [ $rc -gt $worst ]; then worst=$rc; fi
 done
 [ $running = 1 ] && { echo "wait_all: some job still running after ${SECONDS}s"; exit 2; }
-echo "wait_all: every job ended (status $worst) after ${SECONDS}s"
+echo "wait_all: none running (status $worst: 0 all done, 1 one died, 3 phases failed, 4 no folder) after ${SECONDS}s"
 exit $worst

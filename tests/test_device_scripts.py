@@ -406,7 +406,7 @@ def test_wait_all_says_running_while_any_job_runs_and_packs_each_apart(tmp_path,
 def test_wait_all_ends_with_the_worst_status_once_every_job_ended(tmp_path, second, rc):
     r = wait_all(tmp_path / "out", 100, two_jobs(tmp_path, False, False, second))
     assert r.returncode == rc, r.stdout + r.stderr
-    assert f"every job ended (status {rc})" in r.stdout
+    assert f"none running (status {rc}:" in r.stdout
 
 
 def test_wait_all_refuses_two_folders_of_one_name_before_it_waits(tmp_path):
@@ -415,6 +415,8 @@ def test_wait_all_refuses_two_folders_of_one_name_before_it_waits(tmp_path):
     r = wait_all(tmp_path / "out", 540, [str(tmp_path / "a" / "res"), str(tmp_path / "b" / "res")])
     assert r.returncode == 4 and "two folders named res" in r.stdout
     assert not (tmp_path / "out").exists()
+    r = wait_all(tmp_path / "out", "9m", [str(tmp_path / "a" / "res")])  # LIMIT is seconds
+    assert r.returncode == 2 and "LIMIT is seconds, got '9m'" in r.stdout and not (tmp_path / "out").exists()
 
 
 def test_ablate_set_on_named_gpus_pins_the_sft_each_lane_and_the_test_reads(tmp_path):
