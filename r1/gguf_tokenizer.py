@@ -49,12 +49,19 @@ def gguf_cache_key(path, metadata_end: int) -> str:
     import transformers
 
     h = hashlib.sha256(f"r1 gguf tokenizer {GGUF_CACHE_FORMAT} transformers {transformers.__version__}\n".encode())
-    with open_regular(path, "GGUF file") as f:
-        left = metadata_end
-        while left > 0 and (chunk := f.read(min(left, 1 << 20))):
+    return _hash(path, "GGUF file", h, metadata_end)[:32]
+
+
+def _hash(path, what: str, h=None, limit: int | None = None) -> str:
+    """sha256 (or `h` continued) of a regular file's first `limit` bytes (all of them: None), read 1 MiB at a
+    time: an entry's file grown huge by accident is hashed, not loaded into memory."""
+    h = h or hashlib.sha256()
+    with open_regular(path, what) as f:
+        left = float("inf") if limit is None else limit
+        while left > 0 and (chunk := f.read(int(min(left, 1 << 20)))):
             h.update(chunk)
             left -= len(chunk)
-    return h.hexdigest()[:32]
+    return h.hexdigest()
 
 
 def gguf_tokenizer(p: Path, header: dict):
@@ -121,8 +128,7 @@ def _manifest(folder: str) -> dict:
     out = {}
     for name in sorted(os.listdir(folder)):
         if name != MANIFEST:
-            with open_regular(os.path.join(folder, name), "tokenizer cache file") as f:
-                out[name] = hashlib.sha256(f.read()).hexdigest()
+            out[name] = _hash(os.path.join(folder, name), "tokenizer cache file")
     return out
 
 
