@@ -13,6 +13,10 @@ episodes are sent. Both orders drive the same RemoteActor, alternately in
 rounds (a drift in the machine's load falls on both), with the trainer's
 update a sleep of --update times the first play's length (below 1: rollout
 bound). The episodes are the config's own; --plays plays per order and round.
+The sleep is scaled by a warm play: the first play (--warmup) captures the
+CUDA graphs and compiles, and on an H100 took 23.7 s against about 1.3 s for
+the plays after it, so a sleep of half of it made the run update-bound, the
+opposite of what the bench is for (2026-12-05).
 
 Prints one JSON object: per order the medians of `idle_s` (the child's time
 between plays, from its second play on) and `period_s` (between two replies
@@ -21,7 +25,7 @@ taken by the trainer), and, measured in this process on one play's episodes,
 decoding the trainer does, off the child's path) and `refresh_s`.
 
     python bench/handover.py [--config configs/gsm8k_tool.yaml] [--plays 6] [--rounds 2] [--update 0.5]
-                             [--save PATH] [key=value ...]
+                             [--warmup 1] [--save PATH] [key=value ...]
 Without CUDA the config's model is replaced by a tiny random one (model.path=tiny) unless a key says
 otherwise: a check of the code on a CPU, whose two processes share its cores (not a GPU estimate).
 """
@@ -82,10 +86,13 @@ def main(argv=None) -> dict:
     ap.add_argument("--config", default="configs/gsm8k_tool.yaml")
     ap.add_argument("--plays", type=int, default=6)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--update", type=float, default=0.5, help="the trainer's sleep, times the first play's length")
+    ap.add_argument("--update", type=float, default=0.5, help="the trainer's sleep, times a warm play's length")
+    ap.add_argument("--warmup", type=int, default=1, help="untimed plays first (graph captures, compilation)")
     ap.add_argument("--save", default=None)
     ap.add_argument("overrides", nargs="*")
     a = ap.parse_args(argv)
+    if a.warmup < 0:
+        raise SystemExit(f"error: --warmup must be >= 0, got {a.warmup}")
     cuda = torch.cuda.is_available()
     device = torch.device("cuda", 0) if cuda else torch.device("cpu")
     try:
@@ -102,7 +109,11 @@ def main(argv=None) -> dict:
     slots = cfg.rollout.slots or slots_needed(cfg, 1)  # auto (0): the rows a play needs, the memory plan's rule
     actor = RemoteActor(cfg, tok, shared, slots, d)
     try:
-        t0 = time.time()  # the first play: its length sets the sleep; its episodes the payload measures
+        t0 = time.time()
+        for k in range(a.warmup):
+            actor.play(rows, cfg.rollout.n, Sampling(1.0, seed=k + 1), uid_prefix=f"u{k}-")
+        warmup_s = time.time() - t0
+        t0 = time.time()  # a warm play: its length sets the sleep; its episodes the payload measures
         played = actor.play(rows, cfg.rollout.n, Sampling(1.0, seed=0), uid_prefix="w-")
         play_s = time.time() - t0
         update_s = a.update * play_s
@@ -133,6 +144,7 @@ def main(argv=None) -> dict:
     result = {
         "name": "handover", "device": torch.cuda.get_device_name(0) if cuda else f"cpu ({os.cpu_count()} cores)",
         "model": cfg.model.path, "episodes": len(played), "plays_per_order": a.plays * a.rounds,
+        "warmup_plays": a.warmup, "warmup_s": round(warmup_s, 4),
         "play_s": round(play_s, 4), "update_s": round(update_s, 4),
         **{name: {"idle_s": round(statistics.median(idle), 4), "period_s": round(statistics.median(period), 4),
                   "idle_max_s": round(max(idle), 4)} for name, (idle, period) in out.items()},

@@ -29,3 +29,58 @@ def test_auto_slots_are_the_plans_rows():
 def test_a_misspelled_key_is_one_line():
     with pytest.raises(SystemExit, match=r"^error: unknown config key 'rollout.promts'"):
         handover.main(["rollout.promts=2"])
+
+
+class _Clock:
+    """A clock the fake actor moves: the bench's sleeps and plays take fake seconds, none real."""
+    def __init__(self):
+        self.now = 0.0
+
+    def time(self):
+        return self.now
+
+    perf_counter = time
+
+    def sleep(self, s):
+        self.now += s
+
+
+def test_the_sleep_follows_a_warm_play_not_the_first(monkeypatch):
+    """The first play captures the CUDA graphs: 23.7 s on an H100 against about 1.3 s after it, and a sleep of
+    half the first made the run update-bound (2026-12-05). A fake actor whose first play takes 10 fake seconds
+    and the others 1: the sleep is half of 1."""
+    clock = _Clock()
+
+    class Handle:
+        idle_seconds = 0.0
+
+        def wait(self):
+            pass
+
+        def result(self):
+            clock.now += 1.0
+            return []
+
+    class Actor:
+        def __init__(self, *args):
+            self.plays = 0
+
+        def play(self, rows, n, sampling, uid_prefix):
+            self.plays += 1
+            clock.now += 10.0 if self.plays == 1 else 1.0
+            return [{"ids": list(range(8))}] * len(rows) * n
+
+        def refresh(self, policy):
+            pass
+
+        def start(self, *args, **kwargs):
+            return Handle()
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(handover, "time", clock)
+    monkeypatch.setattr(handover, "RemoteActor", Actor)
+    r = handover.main(["--plays", "2", "--rounds", "1", "rollout.prompts=2", "rollout.n=2", "rollout.slots=4"])
+    assert r["warmup_plays"] == 1 and r["warmup_s"] == 10.0
+    assert r["play_s"] == 1.0 and r["update_s"] == 0.5
