@@ -19,8 +19,10 @@ the plays after it, so a sleep of half of it made the run update-bound, the
 opposite of what the bench is for (2026-12-05).
 
 Prints one JSON object: per order the medians of `idle_s` (the child's time
-between plays, from its second play on) and `period_s` (between two replies
-taken by the trainer), and, measured in this process on one play's episodes,
+between plays, from its second play on), `period_s` (between two replies
+taken by the trainer) and `play_s` (the child's time for a play), and
+`rollout_bound` (each order's plays longer than the sleep; if not, the
+period is the sleep's and only the idle times mean something), and, measured in this process on one play's episodes,
 `reply_mb`, `dumps_s` and `loads_s` (the pickling the child does and the
 decoding the trainer does, off the child's path) and `refresh_s`.
 
@@ -56,12 +58,12 @@ CPU_MODEL = ["model.path=tiny", "model.tiny_layers=2", "model.tiny_hidden=64", "
 
 def play_all(actor, policy, rows, n, plays: int, update_s: float, ahead: bool, seed: int) -> tuple:
     """`plays` plays one after another, the next asked for before (ahead) or after the last one's reply,
-    with a sleep of update_s as the trainer's score and update -> (child idle seconds, periods)."""
+    with a sleep of update_s as the trainer's score and update -> (child idle seconds, periods, play seconds)."""
     def start(k):
         return actor.start(rows, n, Sampling(1.0, seed=seed + k), uid_prefix=f"{seed + k}-")
 
     actor.refresh(policy)
-    handle, idle, period, last = start(0), [], [], None
+    handle, idle, period, played, last = start(0), [], [], [], None
     for k in range(1, plays + 1):
         if not ahead:
             handle.wait()
@@ -76,9 +78,10 @@ def play_all(actor, policy, rows, n, plays: int, update_s: float, ahead: bool, s
         last = now
         if k > 1:  # the block's first play follows the last block's: not a hand-over of this order
             idle.append(handle.idle_seconds)
+        played.append(handle.seconds)
         time.sleep(update_s)
         handle = nxt
-    return idle, period
+    return idle, period, played
 
 
 def main(argv=None) -> dict:
@@ -131,13 +134,14 @@ def main(argv=None) -> dict:
             if cuda:
                 torch.cuda.synchronize()
             refresh.append(time.perf_counter() - t)
-        out = {"after": ([], []), "ahead": ([], [])}
+        out = {"after": ([], [], []), "ahead": ([], [], [])}
         for r in range(a.rounds):
             for name in ("after", "ahead"):
-                idle, period = play_all(actor, policy, rows, cfg.rollout.n, a.plays, update_s, name == "ahead",
+                idle, period, plays = play_all(actor, policy, rows, cfg.rollout.n, a.plays, update_s, name == "ahead",
                                         seed=1000 * (r + 1) + (500 if name == "ahead" else 0))
                 out[name][0].extend(idle)
                 out[name][1].extend(period)
+                out[name][2].extend(plays)
                 print(f"round {r + 1} {name}: idle {[round(x, 4) for x in idle]}", file=sys.stderr, flush=True)
     finally:
         actor.close()
@@ -147,7 +151,10 @@ def main(argv=None) -> dict:
         "warmup_plays": a.warmup, "warmup_s": round(warmup_s, 4),
         "play_s": round(play_s, 4), "update_s": round(update_s, 4),
         **{name: {"idle_s": round(statistics.median(idle), 4), "period_s": round(statistics.median(period), 4),
-                  "idle_max_s": round(max(idle), 4)} for name, (idle, period) in out.items()},
+                  "idle_max_s": round(max(idle), 4), "play_s": round(statistics.median(plays), 4)}
+           for name, (idle, period, plays) in out.items()},
+        # what the bench is for: each order's plays longer than the sleep (else the period is the sleep's)
+        "rollout_bound": all(statistics.median(plays) > update_s for _, _, plays in out.values()),
         "reply_mb": round(len(data) / 2**20, 3), "dumps_s": round(dumps_s, 6), "loads_s": round(loads_s, 6),
         "refresh_s": round(statistics.median(refresh), 6),
         "torch": torch.__version__, "date": datetime.date.today().isoformat(),

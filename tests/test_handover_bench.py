@@ -52,7 +52,7 @@ def test_the_sleep_follows_a_warm_play_not_the_first(monkeypatch):
     clock = _Clock()
 
     class Handle:
-        idle_seconds = 0.0
+        idle_seconds, seconds = 0.0, 1.0
 
         def wait(self):
             pass
@@ -84,3 +84,7 @@ def test_the_sleep_follows_a_warm_play_not_the_first(monkeypatch):
     r = handover.main(["--plays", "2", "--rounds", "1", "rollout.prompts=2", "rollout.n=2", "rollout.slots=4"])
     assert r["warmup_plays"] == 1 and r["warmup_s"] == 10.0
     assert r["play_s"] == 1.0 and r["update_s"] == 0.5
+    assert r["ahead"]["play_s"] == r["after"]["play_s"] == 1.0 and r["rollout_bound"]
+    r = handover.main(["--plays", "2", "--rounds", "1", "--update", "2", "rollout.prompts=2", "rollout.n=2",
+                       "rollout.slots=4"])
+    assert r["update_s"] == 2.0 and not r["rollout_bound"]  # a sleep longer than the plays: update-bound
