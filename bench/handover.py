@@ -11,8 +11,10 @@ Asked for before the reply (`ahead`, r1/trainer.overlapped_rollout now), the
 request waits in the child, which starts it the moment the last play's
 episodes are sent. Both orders drive the same RemoteActor, alternately in
 rounds (a drift in the machine's load falls on both), with the trainer's
-update a sleep of --update times the first play's length (below 1: rollout
-bound). The episodes are the config's own; --plays plays per order and round.
+update a sleep of --update times a warm play's length (below 1: rollout
+bound). The episodes are the config's own; --plays plays per order and round,
+the same seeds in both orders of a round, so both play the same episodes (on
+the H100, with a seed per order, the periods differed by their plays' lengths).
 The sleep is scaled by a warm play: the first play (--warmup) captures the
 CUDA graphs and compiles, and on an H100 took 23.7 s against about 1.3 s for
 the plays after it, so a sleep of half of it made the run update-bound, the
@@ -138,7 +140,7 @@ def main(argv=None) -> dict:
         for r in range(a.rounds):
             for name in ("after", "ahead"):
                 idle, period, plays = play_all(actor, policy, rows, cfg.rollout.n, a.plays, update_s, name == "ahead",
-                                        seed=1000 * (r + 1) + (500 if name == "ahead" else 0))
+                                        seed=1000 * (r + 1))  # a round's plays the same in both orders
                 out[name][0].extend(idle)
                 out[name][1].extend(period)
                 out[name][2].extend(plays)
