@@ -14,7 +14,7 @@ rounds (a drift in the machine's load falls on both), with the trainer's
 update a sleep of --update times a warm play's length (below 1: rollout
 bound). The episodes are the config's own; --plays plays per order and round,
 the same seeds in both orders of a round, so both play the same episodes (on
-the H100, with a seed per order, the periods differed by their plays' lengths).
+the H100, with a seed per order, the periods could not be told from the plays' lengths).
 The sleep is scaled by a warm play: the first play (--warmup) captures the
 CUDA graphs and compiles, and on an H100 took 23.7 s against about 1.3 s for
 the plays after it, so a sleep of half of it made the run update-bound, the
