@@ -16,9 +16,9 @@ bound). The episodes are the config's own; --plays plays per order and round,
 the same seeds in both orders of a round, so both play the same episodes (on
 the H100, with a seed per order, the periods could not be told from the plays' lengths).
 The sleep is scaled by a warm play: the first play (--warmup) captures the
-CUDA graphs and compiles, and on an H100 took 23.7 s against about 1.3 s for
-the plays after it, so a sleep of half of it made the run update-bound, the
-opposite of what the bench is for (2026-12-05).
+CUDA graphs and compiles, and on an H100 took 23.7 s against 2.2 s for the
+next one, so a sleep of half of it made the run update-bound, the opposite
+of what the bench is for (2026-12-05).
 
 Prints one JSON object: per order the medians of `idle_s` (the child's time
 between plays, from its second play on), `period_s` (between two replies

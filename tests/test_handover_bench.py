@@ -46,7 +46,7 @@ class _Clock:
 
 
 def test_the_sleep_follows_a_warm_play_not_the_first(monkeypatch):
-    """The first play captures the CUDA graphs: 23.7 s on an H100 against about 1.3 s after it, and a sleep of
+    """The first play captures the CUDA graphs: 23.7 s on an H100 against 2.2 s for the next, and a sleep of
     half the first made the run update-bound (2026-12-05). A fake actor whose first play takes 10 fake seconds
     and the others 1: the sleep is half of 1."""
     clock = _Clock()
