@@ -14,7 +14,8 @@ rounds (a drift in the machine's load falls on both), with the trainer's
 update a sleep of --update times a warm play's length (below 1: rollout
 bound). The episodes are the config's own; --plays plays per order and round,
 the same seeds in both orders of a round, so both play the same episodes (on
-the H100, with a seed per order, the periods could not be told from the plays' lengths).
+the H100, with a seed per order, the periods could not be told from the
+plays' lengths).
 The sleep is scaled by a warm play: the first play (--warmup) captures the
 CUDA graphs and compiles, and on an H100 took 23.7 s against 2.2 s for the
 next one, so a sleep of half of it made the run update-bound, the opposite
@@ -22,11 +23,12 @@ of what the bench is for (2026-12-05).
 
 Prints one JSON object: per order the medians of `idle_s` (the child's time
 between plays, from its second play on), `period_s` (between two replies
-taken by the trainer) and `play_s` (the child's time for a play), and
+taken by the trainer) and `play_s` (the child's time for a play);
 `rollout_bound` (each order's plays longer than the sleep; if not, the
-period is the sleep's and only the idle times mean something), and, measured in this process on one play's episodes,
-`reply_mb`, `dumps_s` and `loads_s` (the pickling the child does and the
-decoding the trainer does, off the child's path) and `refresh_s`.
+period is the sleep's and only the idle times mean something); and,
+measured in this process on one play's episodes, `reply_mb`, `dumps_s` and
+`loads_s` (the pickling the child does and the decoding the trainer does,
+off the child's path) and `refresh_s`.
 
     python bench/handover.py [--config configs/gsm8k_tool.yaml] [--plays 6] [--rounds 2] [--update 0.5]
                              [--warmup 1] [--save PATH] [key=value ...]
@@ -65,7 +67,7 @@ def play_all(actor, policy, rows, n, plays: int, update_s: float, ahead: bool, s
         return actor.start(rows, n, Sampling(1.0, seed=seed + k), uid_prefix=f"{seed + k}-")
 
     actor.refresh(policy)
-    handle, idle, period, played, last = start(0), [], [], [], None
+    handle, idle, period, play_s, last = start(0), [], [], [], None
     for k in range(1, plays + 1):
         if not ahead:
             handle.wait()
@@ -80,10 +82,10 @@ def play_all(actor, policy, rows, n, plays: int, update_s: float, ahead: bool, s
         last = now
         if k > 1:  # the block's first play follows the last block's: not a hand-over of this order
             idle.append(handle.idle_seconds)
-        played.append(handle.seconds)
+        play_s.append(handle.seconds)
         time.sleep(update_s)
         handle = nxt
-    return idle, period, played
+    return idle, period, play_s
 
 
 def main(argv=None) -> dict:
@@ -139,8 +141,8 @@ def main(argv=None) -> dict:
         out = {"after": ([], [], []), "ahead": ([], [], [])}
         for r in range(a.rounds):
             for name in ("after", "ahead"):
-                idle, period, plays = play_all(actor, policy, rows, cfg.rollout.n, a.plays, update_s, name == "ahead",
-                                        seed=1000 * (r + 1))  # a round's plays the same in both orders
+                idle, period, plays = play_all(actor, policy, rows, cfg.rollout.n, a.plays, update_s,
+                                               name == "ahead", seed=1000 * (r + 1))  # the same in both orders
                 out[name][0].extend(idle)
                 out[name][1].extend(period)
                 out[name][2].extend(plays)
