@@ -13,7 +13,7 @@ never read, and one changed after it was written fails its manifest and is rebui
 change an id: tests/test_gguf_tokenizer.py holds the cached tokenizer to the conversion.
 
 transformers 5.x sets a GGUF tokenizer's `eos_token` to the BOS token (`integrations/ggml.py`, GPT2
-converter), so bos/eos/pad are reset from the GGUF metadata (`_fix_gguf_special_tokens`).
+converter), so bos/eos/pad are reset from the GGUF metadata r1/weights.py already read (`_fix_gguf_special_tokens`).
 """
 
 from __future__ import annotations
@@ -77,26 +77,26 @@ def gguf_tokenizer(p: Path, header: dict):
             if _manifest(entry) != read_json(os.path.join(entry, MANIFEST), 1 << 20, "tokenizer cache manifest"):
                 raise ValueError("an entry's file changed since it was written")
             hf = AutoTokenizer.from_pretrained(entry)
-            _fix_gguf_special_tokens(hf, p)
+            _fix_gguf_special_tokens(hf, header["kv"])
             return hf
         except Exception:  # noqa: BLE001 - a damaged entry (a file edited, truncated by a full disk): rebuilt
             shutil.rmtree(entry, ignore_errors=True)
-    hf = _convert(p)
+    hf = _convert(p, header["kv"])
     if entry:
-        _save_entry(hf, p, entry)
+        _save_entry(hf, header["kv"], entry)
     return hf
 
 
-def _convert(p: Path):
+def _convert(p: Path, kv: dict):
     """transformers' own conversion of a GGUF's tokenizer (the slow step the cache saves), special tokens fixed."""
     from transformers import AutoTokenizer
 
     hf = AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)
-    _fix_gguf_special_tokens(hf, p)
+    _fix_gguf_special_tokens(hf, kv)
     return hf
 
 
-def _save_entry(hf, p: Path, entry: str) -> None:
+def _save_entry(hf, kv: dict, entry: str) -> None:
     """Save `hf` as the cache entry: into a temporary folder beside it with a manifest of its files' hashes,
     read back, kept only if the read-back tokenizer is the same (same_tokenizer), then renamed into place
     (another process that got there first keeps its entry)."""
@@ -111,7 +111,7 @@ def _save_entry(hf, p: Path, entry: str) -> None:
         with open(os.path.join(tmp, MANIFEST), "w") as f:
             json.dump(_manifest(tmp), f)
         back = AutoTokenizer.from_pretrained(tmp)
-        _fix_gguf_special_tokens(back, p)
+        _fix_gguf_special_tokens(back, kv)
         if same_tokenizer(hf, back):
             os.rename(tmp, entry)
             tmp = None
@@ -152,12 +152,10 @@ def same_tokenizer(a, b) -> bool:
             == b.decode(ids, clean_up_tokenization_spaces=False))
 
 
-def _fix_gguf_special_tokens(hf, path: Path) -> None:
-    # transformers' header reader skips the vocabulary arrays: milliseconds, where GGUFReader takes seconds
-    from transformers.integrations.gguf import read_gguf_metadata
-
-    metadata, _ = read_gguf_metadata(str(path))
+def _fix_gguf_special_tokens(hf, kv: dict) -> None:
+    """bos/eos/pad from the GGUF's key-values as r1/weights.py gguf_header read them (and checked: each id one of
+    the vocabulary's), not from a second read of the file."""
     for key, attr in (("bos", "bos_token"), ("eos", "eos_token"), ("padding", "pad_token")):
-        token_id = metadata.get(f"tokenizer.ggml.{key}_token_id")
+        token_id = kv.get(f"tokenizer.ggml.{key}_token_id")
         if token_id is not None:
             setattr(hf, attr, hf.convert_ids_to_tokens(int(token_id)))

@@ -18,7 +18,7 @@ from r1.weights import gguf_header, resolve
 def smol():
     """SmolLM2's GGUF and transformers' conversion of its tokenizer, no cache involved: the reference."""
     p = resolve("smollm2-135m-instruct").resolve()
-    return p, gt._convert(p)
+    return p, gt._convert(p, gguf_header(p)["kv"])
 
 
 @pytest.fixture
@@ -27,7 +27,7 @@ def cache(tmp_path, monkeypatch, smol):
     monkeypatch.setenv("R1_CACHE", str(tmp_path / "cache"))
     calls = []
 
-    def convert(p):
+    def convert(p, kv):
         calls.append(p)
         return copy.deepcopy(smol[1])
 
@@ -119,7 +119,7 @@ def test_another_process_that_wrote_the_entry_first_keeps_it(cache, smol, tmp_pa
     entry = tmp_path / "cache" / "gguf-tokenizers" / "k"
     entry.mkdir(parents=True)
     (entry / "theirs").write_text("first")
-    gt._save_entry(copy.deepcopy(smol[1]), smol[0], str(entry))
+    gt._save_entry(copy.deepcopy(smol[1]), gguf_header(smol[0])["kv"], str(entry))
     assert os.listdir(entry) == ["theirs"]
     assert os.listdir(entry.parent) == ["k"]  # no temporary folder left behind
 
