@@ -7,8 +7,9 @@
 #   bench/results/learning_h200.json, where it is saved by default, stays as it is)    (over 10 minutes: follow it with
 #   calls of `bench/h200_wait.sh RESULTS_DIR . $OUT`, which end when the job ends, and pack the results)
 #   BASE_ABL: ablation files layered on CONFIG in every command (e.g. "score_sampler critic_half_share": a candidate
-#   recipe made of measured lanes, run as the recipe is before it becomes one). The final policy is read on the
-#   whole validation split first (val-final: what a choice between recipes is made on), then the test split.
+#   recipe made of measured lanes, run as the recipe is before it becomes one). The test reads and the result come
+#   first; the final policy's read on the whole validation split (val-final) comes last: it picks nothing (the rule,
+#   bench/recipe_rule.py, reads the in-run validation reads), so a run cut short by its device time loses only it.
 set -u
 [ $# -ge 2 ] || { echo "usage: bench/h200_recipe.sh MODEL RESULTS_DIR [CONFIG] (see the comment at its top)"; exit 2; }
 [ -d configs/ablations ] || { echo "bench/h200_recipe.sh: run it from the repository root (no configs/ablations here)"; exit 2; }
@@ -19,8 +20,6 @@ log "begin: $(python3 -c 'import torch; print(torch.__version__, torch.cuda.get_
 t0=$(date +%s.%N)
 phase recipe python3 train.py --config "$CFG" "${base[@]}" model.path="$M" run.dir="$R/recipe" log.progress=false ${EXTRA:-} || exit 1
 [ -e "$R/wall_s" ] || python3 -c "print(round($(date +%s.%N) - $t0, 1))" > "$R/wall_s"
-phase val-final python3 eval.py --config "$CFG" "${base[@]}" model.path="$R/recipe/hf" eval.split=val eval.limit=0 \
-  eval.out="$R/val-final" ${EVAL_EXTRA:-} && tail -1 "$R/val-final.log" > "$R/val-final.json"
 for m in sft final; do
   p="$R/recipe/hf"; [ $m = sft ] && p="$R/recipe/sft/hf"
   phase "test-$m" python3 eval.py --config "$CFG" "${base[@]}" model.path="$p" eval.split=test eval.limit=0 eval.out="$R/test-$m" ${EVAL_EXTRA:-} \
@@ -31,4 +30,6 @@ label=$CFG; for n in ${BASE_ABL:-}; do label="$label + configs/ablations/$n.yaml
 phase result python3 bench/learning_result.py --run "$R/recipe" --sft-eval "$R/test-sft.json" \
   --test-eval "$R/test-final.json" --wall "$(cat "$R/wall_s")" --config "$label" ${SAVE:+--save "$SAVE"}
 [ -n "$SAVE" ] && cp "$SAVE" "$R/" 2>/dev/null
+phase val-final python3 eval.py --config "$CFG" "${base[@]}" model.path="$R/recipe/hf" eval.split=val eval.limit=0 \
+  eval.out="$R/val-final" ${EVAL_EXTRA:-} && tail -1 "$R/val-final.log" > "$R/val-final.json"
 finish; exit $?

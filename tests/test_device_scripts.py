@@ -318,11 +318,11 @@ def test_a_job_whose_phases_failed_says_which_and_exits_non_zero(tmp_path):
     assert w.returncode == 3 and "done, with failed phases: rl-recipe rl-overlap_process" in w.stdout
 
 
-def test_recipe_layers_base_abl_reads_validation_first_and_refuses_an_unknown_one(tmp_path):
+def test_recipe_layers_base_abl_reads_validation_last_and_refuses_an_unknown_one(tmp_path):
     """A candidate recipe made of measured lanes (BASE_ABL="score_sampler critic_half_share") runs as the recipe
-    does: the files right after CONFIG in the training command and in every read, the final policy read on the
-    validation split before the test split, and the result labelled with the files; a misspelled name is refused
-    before anything is written."""
+    does: the files right after CONFIG in the training command and in every read, the test reads and the result
+    before the final policy's validation read (it picks nothing, so a run cut short by its device time loses only
+    it), and the result labelled with the files; a misspelled name is refused before anything is written."""
     env, record = recording_python(tmp_path)
     env.update(BASE_ABL="score_sampler critic_half_share", SAVE="")
     res = tmp_path / "res"
@@ -332,13 +332,14 @@ def test_recipe_layers_base_abl_reads_validation_first_and_refuses_an_unknown_on
     assert r.returncode == 0, r.stdout + r.stderr
     calls = record.read_text().splitlines()
     runs = [c for c in calls if c.startswith(("train.py", "eval.py"))]
-    assert len(runs) == 4  # training, then the validation read, then the test reads of the SFT and final policies
+    assert len(runs) == 4  # training, the test reads of the SFT and final policies, then the validation read
     under = ("--config configs/gsm8k_tool_30min_fast.yaml --config configs/ablations/score_sampler.yaml "
              "--config configs/ablations/critic_half_share.yaml ")
     assert all(c.split(" ", 1)[1].startswith(under) for c in runs), runs
-    assert "eval.split=val" in runs[1] and f"model.path={res}/recipe/hf" in runs[1]
-    assert all("eval.split=test" in c for c in runs[2:])
+    assert all("eval.split=test" in c for c in runs[1:3])
+    assert "eval.split=val" in runs[3] and f"model.path={res}/recipe/hf" in runs[3]
     label = [c for c in calls if c.startswith("bench/learning_result.py")][0]
+    assert calls.index(runs[3]) > calls.index(label)
     assert "configs/gsm8k_tool_30min_fast.yaml + configs/ablations/score_sampler.yaml + " \
            "configs/ablations/critic_half_share.yaml" in label
     assert "with score_sampler critic_half_share" in (res / "progress.txt").read_text()
