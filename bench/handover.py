@@ -16,10 +16,13 @@ bound). The episodes are the config's own; --plays plays per order and round,
 the same seeds in both orders of a round, so both play the same episodes (on
 the H100, with a seed per order, the periods could not be told from the
 plays' lengths).
-The sleep is scaled by a warm play: the first play (--warmup) captures the
-CUDA graphs and compiles, and on an H100 took 23.7 s against 2.2 s for the
-next one, so a sleep of half of it made the run update-bound, the opposite
-of what the bench is for (2026-12-05).
+The sleep is scaled by a warm play, after --warmup untimed ones: the first
+play captures the CUDA graphs and compiles, and on an H100 took 23.7 s
+against 2.2 s for the next one, so a sleep of half of it made the run
+update-bound, the opposite of what the bench is for. One warm-up play was
+not enough either: the second play took 2.68 s against 1.12-1.24 s for the
+timed ones after it, and the run was update-bound again; after three it
+was 1.49 s and the run rollout-bound (H100, 2026-12-05). Hence 3.
 
 Prints one JSON object: per order the medians of `idle_s` (the child's time
 between plays, from its second play on), `period_s` (between two replies
@@ -31,7 +34,7 @@ measured in this process on one play's episodes, `reply_mb`, `dumps_s` and
 off the child's path) and `refresh_s`.
 
     python bench/handover.py [--config configs/gsm8k_tool.yaml] [--plays 6] [--rounds 2] [--update 0.5]
-                             [--warmup 1] [--save PATH] [key=value ...]
+                             [--warmup 3] [--save PATH] [key=value ...]
 Without CUDA the config's model is replaced by a tiny random one (model.path=tiny) unless a key says
 otherwise: a check of the code on a CPU, whose two processes share its cores (not a GPU estimate).
 """
@@ -94,7 +97,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--plays", type=int, default=6)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--update", type=float, default=0.5, help="the trainer's sleep, times a warm play's length")
-    ap.add_argument("--warmup", type=int, default=1, help="untimed plays first (graph captures, compilation)")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed plays first (graph captures, compilation)")
     ap.add_argument("--save", default=None)
     ap.add_argument("overrides", nargs="*")
     a = ap.parse_args(argv)
@@ -164,6 +167,10 @@ def main(argv=None) -> dict:
         "torch": torch.__version__, "date": datetime.date.today().isoformat(),
     }
     print(json.dumps(result))
+    if not result["rollout_bound"]:
+        print(f"warning: update-bound (the sleep, {update_s:.3f} s, outlasted the plays): the periods are the "
+              "sleep's and only the idle times mean something; try more --warmup plays or a smaller --update",
+              file=sys.stderr)
     if a.save:
         Path(a.save).parent.mkdir(parents=True, exist_ok=True)
         with open(a.save, "a") as f:

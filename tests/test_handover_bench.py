@@ -45,7 +45,7 @@ class _Clock:
         self.now += s
 
 
-def test_the_sleep_follows_a_warm_play_not_the_first(monkeypatch):
+def test_the_sleep_follows_a_warm_play_not_the_first(monkeypatch, capsys):
     """The first play captures the CUDA graphs: 23.7 s on an H100 against 2.2 s for the next, and a sleep of
     half the first made the run update-bound (2026-12-05). A fake actor whose first play takes 10 fake seconds
     and the others 1: the sleep is half of 1."""
@@ -82,9 +82,11 @@ def test_the_sleep_follows_a_warm_play_not_the_first(monkeypatch):
     monkeypatch.setattr(handover, "time", clock)
     monkeypatch.setattr(handover, "RemoteActor", Actor)
     r = handover.main(["--plays", "2", "--rounds", "1", "rollout.prompts=2", "rollout.n=2", "rollout.slots=4"])
-    assert r["warmup_plays"] == 1 and r["warmup_s"] == 10.0
+    assert r["warmup_plays"] == 3 and r["warmup_s"] == 12.0  # the first play 10 s, the next two 1 s each
     assert r["play_s"] == 1.0 and r["update_s"] == 0.5
     assert r["ahead"]["play_s"] == r["after"]["play_s"] == 1.0 and r["rollout_bound"]
+    assert "update-bound" not in capsys.readouterr().err
     r = handover.main(["--plays", "2", "--rounds", "1", "--update", "2", "rollout.prompts=2", "rollout.n=2",
                        "rollout.slots=4"])
     assert r["update_s"] == 2.0 and not r["rollout_bound"]  # a sleep longer than the plays: update-bound
+    assert "warning: update-bound (the sleep, 2.000 s, outlasted the plays)" in capsys.readouterr().err
