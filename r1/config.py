@@ -52,7 +52,8 @@ def run_main(main) -> None:
     """Run a command's main() under the README's exit codes: a user error, raised as SystemExit("error:
     ..."), prints that one line to stderr and exits with status 2; any other exit passes through. Output
     piped into a reader that stops early (`... | head`) ends the command quietly (status 141, as a shell's
-    own tools), not with a traceback."""
+    own tools), not with a traceback. A rank of a gloo group (torchrun on CPUs) then leaves through
+    r1.distributed.leave, past the interpreter's teardown, which can abort it (that module says why)."""
     import sys
 
     try:
@@ -60,12 +61,29 @@ def run_main(main) -> None:
         sys.stdout.flush()  # a closed pipe shows here, or at exit where it could no longer be caught
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the interpreter's last flush succeeds
+        _leave(141)
         sys.exit(141)
     except SystemExit as e:
         if isinstance(e.code, str):
             print(e.code, file=sys.stderr)
+            _leave(2)
             sys.exit(2)
+        if e.code is None or isinstance(e.code, int):
+            _leave(e.code or 0)
         raise
+    except BaseException as e:  # leaving: its traceback, as Python prints it, and the status Python gives it
+        _leave(130 if isinstance(e, KeyboardInterrupt) else 1, print_error=True)
+        raise
+    _leave(0)
+
+
+def _leave(code: int, print_error: bool = False) -> None:
+    """r1.distributed.leave if that module was imported (no group can be open otherwise; importing it here
+    would load torch for `--keys` and the one-line errors)."""
+    import sys
+
+    if "r1.distributed" in sys.modules:
+        sys.modules["r1.distributed"].leave(code, print_error)
 
 
 @dataclass

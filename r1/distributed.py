@@ -7,23 +7,35 @@ with `MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)` on CUDA.
 A plain `python train.py` on a CPU is world size 1 with no wrapping at all,
 so the laptop run and the multi-GPU run are the same code path above this file.
 
-With gloo (CPU ranks) `init()` registers `close()` to run at exit: a rank
-that leaves without destroying its process group can abort (SIGABRT,
-"terminate called without an active exception") when gloo's worker threads
-outlive the interpreter's teardown; two ranks leaving that way aborted in 20
-of 40 plain launches on a 2-core CPU (docs/LOG.md, 2026-12-04). atexit runs
-while Python is alive, on every way out (return, sys.exit, an exception), for
-train.py and eval.py alike, and gloo's destroy is local to the rank. NCCL is
-left to its destructor as before: destroying it while another rank is stuck
-in a collective (a failed run) can hang (torchtitan destroys only after a
-clean finish for that reason).
+With gloo (CPU ranks) a rank can abort at exit (SIGABRT, "terminate called
+without an active exception") when gloo's worker threads outlive the
+interpreter's teardown. Two guards, both local to the rank:
+- `init()` registers `close()` (destroy the group) to run at exit, while
+  Python is alive, on every way out. Plain launches that never destroyed their
+  group aborted in 20 of 40 on a 2-core CPU; with the hook, 0 of 40.
+- That is not enough once FSDP2 has wrapped a model: its mesh info keeps the
+  group object alive after the destroy (through module state that a gc pass
+  does not free), so teardown still meets gloo's threads: 4 of 30 four-rank
+  FSDP launches aborted with the hook. `leave(code)`, which `run_main` calls
+  when a command ends, destroys the group, flushes and leaves with
+  `os._exit(code)`, skipping the teardown: 0 of 30 (docs/LOG.md, 2026-12-05).
+  The command has closed its files and processes by then (the trainer's
+  `finally`); only the interpreter's own clean-up is skipped.
+NCCL is left to its destructor as before: destroying it while another rank is
+stuck in a collective (a failed run) can hang (torchtitan destroys only after
+a clean finish for that reason).
 """
 import atexit
 import os
+import sys
+import traceback
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+
+
+_gloo = False  # init() opened a gloo group in this process: leave() ends it with os._exit
 
 
 @dataclass
@@ -51,6 +63,8 @@ def init(device: str = "auto") -> Dist:
     if world > 1 and not dist.is_initialized():
         dist.init_process_group("nccl" if use_cuda else "gloo", device_id=dev if use_cuda else None)
         if not use_cuda:
+            global _gloo
+            _gloo = True
             atexit.register(close)
     return Dist(rank, world, local, dev)
 
@@ -118,3 +132,20 @@ def close():
     """Destroy the process group, if one is up (a no-op the second time, and at world size 1)."""
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def leave(code: int, print_error: bool = False) -> None:
+    """End this process now with `code` if init() opened a gloo group here: the exception being handled's
+    traceback if `print_error`, destroy the group, flush stdout and stderr, os._exit (the module docstring
+    says why). Otherwise return, and the caller exits as usual."""
+    if not _gloo:
+        return
+    if print_error:
+        traceback.print_exc()
+    close()
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except (OSError, ValueError):  # a closed pipe or file: nothing more can be said there
+            pass
+    os._exit(code)
