@@ -21,7 +21,7 @@ import sys
 import time
 
 from r1.atomic import write_text
-from r1.config import USER_ERRORS, ConfigError, dump, load_config, run_main
+from r1.config import USER_ERRORS, ConfigError, dump, load_config, node_error, run_main, says
 
 
 def main(argv=None):
@@ -32,7 +32,7 @@ def main(argv=None):
     try:
         cfg = load_config(a.config, a.overrides)
     except ConfigError as e:  # the same on every rank: under torchrun only rank 0 says it
-        sys.exit(f"error: {e}" if int(os.environ.get("RANK", "0")) == 0 else 1)  # 1: as sys.exit(text) gives
+        sys.exit(f"error: {e}" if says(e, run_wide=True) else 2)  # 2: as run_main gives sys.exit(text)
     path = cfg.model.path
     try:
         if cfg.eval.adapter and os.path.isfile(os.path.join(path, "config.yaml")):
@@ -53,9 +53,9 @@ def main(argv=None):
         sys.exit(f"error: {e}")
     out = cfg.eval.out or os.path.join("runs", f"eval-{time.strftime('%Y%m%d-%H%M%S')}")
     if os.path.exists(out) and not os.path.isdir(out):
-        sys.exit(f"error: eval.out {out} exists and is not a folder (nothing was overwritten)")
+        raise node_error(f"eval.out {out} exists and is not a folder (nothing was overwritten)")
     if os.path.exists(out) and os.listdir(out):
-        sys.exit(f"error: eval.out {out} exists and is not empty (nothing was overwritten)")
+        raise node_error(f"eval.out {out} exists and is not empty (nothing was overwritten)")
     cfg.run.dir = out
     cfg.run.resume = False
     cfg.train.steps = 0  # nothing is trained: the memory plan counts the generator alone, the disk plan nothing
@@ -78,7 +78,8 @@ def main(argv=None):
         actor = standalone(cfg)
         check_reset(cfg, actor.tok, rows)
     except USER_ERRORS as e:
-        print(f"error: {e}", file=sys.stderr)
+        if says(e):
+            print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
         print("interrupted while starting; no results were written", file=sys.stderr)

@@ -24,7 +24,7 @@ import shutil
 import shlex
 import sys
 
-from r1.config import USER_ERRORS, ConfigError, describe, header, load_config, plural, run_main
+from r1.config import USER_ERRORS, ConfigError, NodeError, describe, header, load_config, plural, run_main, says
 
 
 def sft_phase(cfg):
@@ -32,8 +32,8 @@ def sft_phase(cfg):
     from r1.sft import setup_sft, warmup_config, warmup_done
 
     if not cfg.run.resume and os.path.isdir(cfg.run.dir) and os.listdir(cfg.run.dir):
-        raise ConfigError(f"run.dir {cfg.run.dir} exists and is not empty; pass run.resume=true to continue it "
-                          f"or choose another run.dir (nothing was overwritten)")
+        raise NodeError(f"run.dir {cfg.run.dir} exists and is not empty; pass run.resume=true to continue it "
+                        f"or choose another run.dir (nothing was overwritten)")
     main = int(os.environ.get("RANK", "0")) == 0
     if warmup_done(cfg.run.dir):
         if main:
@@ -98,8 +98,9 @@ def _free_cuda():
 
 
 def fail(e, same_on_every_rank=False):
-    """One line, exit 2. A config error is the same on every rank: under torchrun only rank 0 prints it."""
-    if not same_on_every_rank or int(os.environ.get("RANK", "0")) == 0:
+    """One line, exit 2. A config error is the same on every rank: under torchrun only rank 0 prints it; an
+    error about this node's files (NodeError), local rank 0 (r1.config.says)."""
+    if says(e, run_wide=same_on_every_rank):
         print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
 

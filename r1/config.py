@@ -48,6 +48,33 @@ class ConfigError(ValueError):
 USER_ERRORS = (ConfigError, FileNotFoundError, NotADirectoryError, IsADirectoryError, ValueError, KeyError)
 
 
+class NodeError(ConfigError):
+    """A config error about the files this node sees (a run folder in the way, a missing path). Every rank of a
+    node sees the same files, so under torchrun local rank 0 says it (once a node, not once a rank; `says`)
+    and the other ranks leave with the same status without a word."""
+
+
+def says(e: BaseException, run_wide: bool = False) -> bool:
+    """Whether this rank prints the one-line error for `e`: one that every rank of the run meets alike
+    (`run_wide`, a config error) on rank 0 only, a NodeError on local rank 0 only, the rest on every rank (they
+    can differ by rank). A rank that keeps quiet waits 2 s first: torchrun stops every rank once one has
+    failed, and the rank that says the error must not be stopped before it has."""
+    rank = "RANK" if run_wide else "LOCAL_RANK" if isinstance(e, NodeError) else None
+    if rank is None or int(os.environ.get(rank, "0")) == 0:
+        return True
+    import time
+
+    time.sleep(2)
+    return False
+
+
+def node_error(message: str) -> SystemExit:
+    """A NodeError for code that ends the command with SystemExit: its `error:` line where `says`, else a bare
+    status 2 (run_main exits 2 either way)."""
+    e = NodeError(message)
+    return SystemExit(f"error: {e}" if says(e) else 2)
+
+
 def run_main(main) -> None:
     """Run a command's main() under the README's exit codes: a user error, raised as SystemExit("error:
     ..."), prints that one line to stderr and exits with status 2; any other exit passes through. Output

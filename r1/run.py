@@ -14,7 +14,7 @@ import os
 import torch
 
 from r1 import checkpoint, distributed
-from r1.config import Config, ConfigError
+from r1.config import Config, ConfigError, NodeError, node_error
 from r1.model import Transformer, tiny_config
 from r1.tokenizer import check_vocab, load_tokenizer
 
@@ -122,7 +122,7 @@ def check_paths(cfg: Config):
             names = ", ".join(list(SHORT_NAMES) + (["tiny"] if key == "model.path" else []))
             hint = (f"; did you mean {' or '.join(close)}?" if close else "") + \
                    f" (a model key takes an HF folder, a .gguf file or a short name: {names})"
-        raise ConfigError(f"config key {key}={value}: not found{hint}")
+        raise NodeError(f"config key {key}={value}: not found{hint}")
 
 
 def check_run_dir(cfg: Config):
@@ -136,7 +136,7 @@ def check_run_dir(cfg: Config):
     # an RL run's own SFT phase (train.sft_steps) lives in run.dir/sft and is not another run
     has_files = os.path.isdir(d) and bool(set(os.listdir(d)) - ({"sft"} if cfg.train.sft_steps else set()))
     if has_files and not cfg.run.resume:
-        raise SystemExit(f"error: run.dir {d} exists and is not empty; pass run.resume=true to continue it "
+        raise node_error(f"run.dir {d} exists and is not empty; pass run.resume=true to continue it "
                          f"or choose another run.dir (nothing was overwritten)")
     parent = os.path.abspath(d)
     while not os.path.exists(parent) and os.path.dirname(parent) != parent:
