@@ -134,6 +134,15 @@ def test_existing_run_dir_is_refused_untouched(tmp_path, capsys):
     assert after == before
 
 
+def said_on_failure(out: str) -> str:
+    """A failed torchrun's output for an assertion message: the lines that name what went wrong (a rank's
+    "terminate called", an error, a traceback's last line), wherever they are, then the last 3,000 characters.
+    CI once showed only the tail, and rank 1's own abort line was not in it."""
+    marks = ("terminate called", "error", "Error", "Traceback", "Signal", "what():")
+    lines = [x for x in out.splitlines() if any(m in x for m in marks)]
+    return "\n".join(lines[:40]) + "\n...\n" + out[-3000:]
+
+
 def one_and_two_processes(common: list, tmp_path, keys, timeout=240):
     """train.py with `common` arguments under torchrun on 2 CPU ranks and, overlapping its start-up, in this
     process; both runs log 2 iterations of 6 episodes whose `keys` agree within 1e-4 and whose sampler-trainer
@@ -145,7 +154,7 @@ def one_and_two_processes(common: list, tmp_path, keys, timeout=240):
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     train.main(common + [f"run.dir={one}"])  # overlaps with the torchrun start-up
     out, _ = proc.communicate(timeout=timeout)
-    assert proc.returncode == 0, out[-3000:]
+    assert proc.returncode == 0, said_on_failure(out)
     a, b = read_metrics(one), read_metrics(two)
     assert len(a) == len(b) == 2
     for ma, mb in zip(a, b):
