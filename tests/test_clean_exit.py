@@ -1,4 +1,4 @@
-"""Ranks leave cleanly: no SIGABRT at exit, and a config error said once.
+"""Ranks leave cleanly: no SIGABRT at exit; a config error said once, a node's file error once a node.
 
 A gloo process group whose threads meet the interpreter's teardown can abort
 the rank at exit ("terminate called without an active exception"): after a
