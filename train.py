@@ -41,8 +41,8 @@ def sft_phase(cfg):
         return None
     sft = warmup_config(cfg)
     if not sft.run.resume and os.path.isdir(sft.run.dir) and os.listdir(sft.run.dir):
-        raise ConfigError(f"{sft.run.dir} holds an SFT phase that stopped before its first checkpoint; "
-                          f"remove it (or choose another run.dir) and run again")
+        raise NodeError(f"{sft.run.dir} holds an SFT phase that stopped before its first checkpoint; "
+                        f"remove it (or choose another run.dir) and run again")
     if main:
         what = f"resuming from step {_sft_step(sft.run.dir)}" if sft.run.resume else "starting"
         print(f"SFT warm-up: {plural(cfg.train.sft_steps, 'step')} on the task's expert chats in {sft.run.dir} "
@@ -74,10 +74,10 @@ def check_rl_resume(cfg):
         return
     if not warmup_done(cfg.run.dir):  # running it again would make another policy than the one RL started from
         sft = os.path.join(cfg.run.dir, "sft")
-        raise ConfigError(f"run.resume=true: {cfg.run.dir} has RL checkpoints but its SFT phase ({sft}, the policy "
-                          f"RL started from{' and the base its LoRA adapters need' if cfg.model.lora_rank else ''}) "
-                          f"is gone or unfinished; put {sft} back, or resume with train.sft_steps=0 "
-                          f"model.path=MODEL run.allow_config_change=true")
+        raise NodeError(f"run.resume=true: {cfg.run.dir} has RL checkpoints but its SFT phase ({sft}, the policy "
+                        f"RL started from{' and the base its LoRA adapters need' if cfg.model.lora_rank else ''}) "
+                        f"is gone or unfinished; put {sft} back, or resume with train.sft_steps=0 "
+                        f"model.path=MODEL run.allow_config_change=true")
     rl = copy.deepcopy(cfg)
     rl.model.path = os.path.join(cfg.run.dir, "sft", "hf")
     check_run_dir(rl)

@@ -127,12 +127,12 @@ def check_paths(cfg: Config):
 
 def check_run_dir(cfg: Config):
     """Refuse to overwrite a run, or to resume it as something else. Every rank checks before any rank writes
-    (see create_run_dir); nothing here writes."""
+    (see create_run_dir); nothing here writes. What run.dir holds is a NodeError (said once a node)."""
     d = cfg.run.dir
     if not d.strip():
         raise ConfigError("run.dir is empty; name a folder for the run")
     if os.path.exists(d) and not os.path.isdir(d):
-        raise ConfigError(f"run.dir {d} exists and is not a folder")
+        raise NodeError(f"run.dir {d} exists and is not a folder")
     # an RL run's own SFT phase (train.sft_steps) lives in run.dir/sft and is not another run
     has_files = os.path.isdir(d) and bool(set(os.listdir(d)) - ({"sft"} if cfg.train.sft_steps else set()))
     if has_files and not cfg.run.resume:
@@ -142,9 +142,9 @@ def check_run_dir(cfg: Config):
     while not os.path.exists(parent) and os.path.dirname(parent) != parent:
         parent = os.path.dirname(parent)
     if not os.path.isdir(parent):
-        raise ConfigError(f"cannot create run.dir {d}: {parent} is a file, not a folder")
+        raise NodeError(f"cannot create run.dir {d}: {parent} is a file, not a folder")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise ConfigError(f"cannot write run.dir {d}: {parent} is not writable")
+        raise NodeError(f"cannot write run.dir {d}: {parent} is not writable")
     if not cfg.run.resume:
         return
     if not checkpoint.complete(d):
@@ -156,17 +156,17 @@ def check_run_dir(cfg: Config):
         return
     saved = os.path.join(d, "config.yaml")
     if not os.path.isfile(saved) and not cfg.run.allow_config_change:
-        raise ConfigError(f"run.resume=true but {d} has checkpoints and no config.yaml, so this resume cannot be "
-                          f"checked to be the same run; put the run's config.yaml back, or pass "
-                          f"run.allow_config_change=true to go on with this config")
+        raise NodeError(f"run.resume=true but {d} has checkpoints and no config.yaml, so this resume cannot be "
+                        f"checked to be the same run; put the run's config.yaml back, or pass "
+                        f"run.allow_config_change=true to go on with this config")
     if os.path.isfile(saved):
         # the cosine schedule is drawn over train.steps: changing it reshapes the learning rate of the rest
         free = RESUME_FREE if cfg.train.schedule != "cosine" else tuple(k for k in RESUME_FREE if k != "train.steps")
         changes = config_changes(cfg, saved, free=free)
         if changes and not cfg.run.allow_config_change:
-            raise ConfigError(f"run.resume=true with a config that changes the run saved in {saved}: "
-                              f"{'; '.join(changes)}; resume with the same settings, or pass "
-                              f"run.allow_config_change=true to go on anyway")
+            raise NodeError(f"run.resume=true with a config that changes the run saved in {saved}: "
+                            f"{'; '.join(changes)}; resume with the same settings, or pass "
+                            f"run.allow_config_change=true to go on anyway")
 
 
 def create_run_dir(cfg: Config, dist_info, identity: dict | None = None):
@@ -229,8 +229,8 @@ def _record_identity(cfg: Config, identity: dict, write_text):
         saved = read_json(path, 1 << 20, "run identity")
         changed = changes(saved if isinstance(saved, dict) else {}, identity)
         if changed and not cfg.run.allow_config_change:
-            raise ConfigError(f"run.resume=true but {', '.join(changed)} no longer holds what the run started from "
-                              f"(fingerprints in {path}); restore it, or pass run.allow_config_change=true to go on")
+            raise NodeError(f"run.resume=true but {', '.join(changed)} no longer holds what the run started from "
+                            f"(fingerprints in {path}); restore it, or pass run.allow_config_change=true to go on")
     write_text(path, json.dumps(identity, indent=1) + "\n")
 
 
