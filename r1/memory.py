@@ -35,8 +35,8 @@ model's shape is known, `plan()` adds up, in bytes per process:
 
 The update and the rollout never run at once, so the peak is the persistent
 part plus the larger of the two. Then it picks what the user left on auto:
-micro-batch tokens (the largest power of two up to 16384 that fits; up to
-65536 on CUDA when that fits with every slot and no checkpointing) and
+micro-batch tokens (the largest power of two up to 16384 that fits; 65536 or
+32768 on CUDA when that fits with every slot and no checkpointing) and
 activation checkpointing (off when micro-batches of at least 4096 tokens fit
 without it; recomputing every block costs about a third more update time, a
 smaller micro-batch little until it gets small), keeping room for up to 64
@@ -62,7 +62,9 @@ GiB = 2 ** 30
 MAX_MICRO_TOKENS = 16384
 # Up to this many tokens per micro-batch where they cost nothing: on CUDA, when every slot the iteration
 # wants fits beside them without activation checkpointing. A small model's update is bound by the host
-# launching its ops, and fewer, longer micro-batches launch fewer ops (docs/LOG.md).
+# launching its ops, and fewer, longer micro-batches launch fewer ops (docs/LOG.md). Half of it where only
+# that fits: the fast recipe on an 80-GB H100 took 16384 and its update ran 2.94 s against 1.57 s on an
+# H200 at 65536 (docs/LOG.md, 2026-12-05).
 BIG_MICRO_TOKENS = 65536
 MAX_SLOTS = 512  # slots on auto: a batch of 512 episodes at once (64 prompts x 8), the recipes' largest
 SLOT_STEPS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 640, 768, 1024)  # r1/generate.py BUCKETS
@@ -437,9 +439,9 @@ def plan(cfg: Config, mc, world: int, device_type: str, capacity: int, device: s
     sl_auto = cfg.rollout.slots == 0 and r["generator"]
     need = slots_needed(cfg, world)
     powers = [MAX_MICRO_TOKENS >> k for k in range(7)]  # 16384 .. 256
-    if mt_auto and training and device_type == "cuda" and \
-            estimate(cfg, mc, world, device_type, capacity, device, slots=need, micro_tokens=BIG_MICRO_TOKENS).fits:
-        powers = [BIG_MICRO_TOKENS >> k for k in range(2)] + powers  # a small model: see BIG_MICRO_TOKENS
+    if mt_auto and training and device_type == "cuda":  # a small model: see BIG_MICRO_TOKENS
+        powers = [mt for mt in (BIG_MICRO_TOKENS >> k for k in range(2)) if
+                  estimate(cfg, mc, world, device_type, capacity, device, slots=need, micro_tokens=mt).fits] + powers
     mts = powers if mt_auto else [cfg.train.micro_tokens]
     acs = [False, True] if ac_auto else [cfg.train.activation_checkpointing == "true"]
     if not training:  # nothing is trained: no gradients, optimizer moments or activations
