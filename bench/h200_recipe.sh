@@ -16,7 +16,8 @@ set -u
 . "$(dirname "$0")/base_abl.sh"; base_abl bench/h200_recipe.sh ${BASE_ABL:-} || exit 2  # the array `base`
 M=$1; R=$2; CFG=${3:-configs/gsm8k_tool_30min.yaml}; mkdir -p "$R"
 . "$(dirname "$0")/phases.sh"  # log, phase
-log "begin: $(python3 -c 'import torch; print(torch.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu")') $CFG${BASE_ABL:+ with $BASE_ABL}"
+DEV=$(python3 -c 'import torch; print(torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu")')
+log "begin: $(python3 -c 'import torch; print(torch.__version__)') $DEV $CFG${BASE_ABL:+ with $BASE_ABL}"
 t0=$(date +%s.%N)
 phase recipe python3 train.py --config "$CFG" "${base[@]}" model.path="$M" run.dir="$R/recipe" log.progress=false ${EXTRA:-} || exit 1
 [ -e "$R/wall_s" ] || python3 -c "print(round($(date +%s.%N) - $t0, 1))" > "$R/wall_s"
@@ -28,7 +29,7 @@ done
 SAVE=${SAVE-bench/results/learning_h200.json}  # '' = print only (a CPU dry run must not overwrite the result)
 label=$CFG; for n in ${BASE_ABL:-}; do label="$label + configs/ablations/$n.yaml"; done
 phase result python3 bench/learning_result.py --run "$R/recipe" --sft-eval "$R/test-sft.json" \
-  --test-eval "$R/test-final.json" --wall "$(cat "$R/wall_s")" --config "$label" ${SAVE:+--save "$SAVE"}
+  --test-eval "$R/test-final.json" --wall "$(cat "$R/wall_s")" --config "$label" --device "$DEV" ${SAVE:+--save "$SAVE"}
 [ -n "$SAVE" ] && cp "$SAVE" "$R/" 2>/dev/null
 phase val-final python3 eval.py --config "$CFG" "${base[@]}" model.path="$R/recipe/hf" eval.split=val eval.limit=0 \
   eval.out="$R/val-final" ${EVAL_EXTRA:-} && tail -1 "$R/val-final.log" > "$R/val-final.json"

@@ -1,11 +1,13 @@
 """The learning result of a recipe run (issue 29) as one JSON object, written from the run's own files.
 
     python bench/learning_result.py --run RUN_DIR --sft-eval SFT_EVAL.json --test-eval TEST_EVAL.json \
-        --wall WALL_SECONDS --config CONFIG [--save bench/results/learning_h200.json]
+        --wall WALL_SECONDS --config CONFIG --device "NVIDIA H200" [--save bench/results/learning_h200.json]
 
 The evaluation files are the last lines eval.py prints (`eval.out/eval.json` holds the same object); both
 must be of the test split, all of it, so the numbers are the ones the README may quote. Nothing here
 computes an accuracy: it copies what eval.py measured and refuses files that do not fit together.
+`device` is the GPU the command ran on (bench/h200_recipe.sh passes torch's name for it): a run meant
+for an H200 was once lent an H100, and a file named learning_h200_*.json did not say so.
 """
 import argparse
 import datetime
@@ -54,7 +56,7 @@ def run_facts(run: str, model: str) -> tuple:
     return ("tiny (random weights)" if where == "tiny" else model), (cfg.get("data") or {}).get("task", "gsm8k_tool")
 
 
-def result(run: str, sft: dict, test: dict, wall: float, config: str, model: str) -> dict:
+def result(run: str, sft: dict, test: dict, wall: float, config: str, model: str, device: str = "") -> dict:
     for what, res in (("SFT", sft), ("final", test)):
         if res["split"] != "test":
             raise SystemExit(f"error: the {what} evaluation is of split {res['split']!r}, not test")
@@ -63,7 +65,8 @@ def result(run: str, sft: dict, test: dict, wall: float, config: str, model: str
     model, task = run_facts(run, model)
     return {"name": "learning", "model": model, "task": task, "wall_s": round(wall, 1),
             "sft_accuracy": sft["accuracy"], "test_accuracy": test["accuracy"], "n": int(test["n"]),
-            "config": config, "run": run, "date": datetime.date.today().isoformat()}
+            "config": config, "run": run, "device": device or "not recorded",
+            "date": datetime.date.today().isoformat()}
 
 
 def main(argv=None):
@@ -74,9 +77,10 @@ def main(argv=None):
     p.add_argument("--wall", type=float, required=True, help="seconds of the whole train.py command, SFT included")
     p.add_argument("--config", required=True)
     p.add_argument("--model", default="SmolLM2-135M-Instruct")
+    p.add_argument("--device", default="", help="the GPU the command ran on, e.g. 'NVIDIA H200'")
     p.add_argument("--save", help="write the object to this file too")
     a = p.parse_args(argv)
-    out = result(a.run, read_eval(a.sft_eval), read_eval(a.test_eval), a.wall, a.config, a.model)
+    out = result(a.run, read_eval(a.sft_eval), read_eval(a.test_eval), a.wall, a.config, a.model, a.device)
     print(json.dumps(out))
     if a.save:
         os.makedirs(os.path.dirname(a.save) or ".", exist_ok=True)

@@ -342,6 +342,7 @@ def test_recipe_layers_base_abl_reads_validation_last_and_refuses_an_unknown_one
     assert calls.index(runs[3]) > calls.index(label)
     assert "configs/gsm8k_tool_30min_fast.yaml + configs/ablations/score_sampler.yaml + " \
            "configs/ablations/critic_half_share.yaml" in label
+    assert "--device {}" in label  # the GPU's name as the fake python3 prints it
     assert "with score_sampler critic_half_share" in (res / "progress.txt").read_text()
     env["BASE_ABL"] = "score_sampler critic_halff"
     r = subprocess.run(["bash", os.path.join(ROOT, "bench", "h200_recipe.sh"), "m.gguf", str(tmp_path / "res2")],

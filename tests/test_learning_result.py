@@ -31,6 +31,17 @@ def test_writes_the_issue_fields_from_the_eval_files(tmp_path):
     assert (res["name"], res["task"], res["n"]) == ("learning", "gsm8k_tool", 1319)
     assert (res["sft_accuracy"], res["test_accuracy"], res["wall_s"]) == (0.0705, 0.1213, 1712.3)
     assert res["config"] == "configs/gsm8k_tool_30min.yaml" and res["model"] and res["date"]
+    assert res["device"] == "not recorded"  # no --device given: said, not guessed
+
+
+def test_the_device_is_recorded(tmp_path):
+    """A run meant for an H200 was lent an H100 (docs/results/recipe4): the JSON says which GPU it ran on."""
+    out = tmp_path / "learning.json"
+    p = subprocess.run([sys.executable, SCRIPT, "--run", "runs/r", "--sft-eval", _eval(tmp_path / "s.json", 0.08),
+                        "--test-eval", _eval(tmp_path / "t.json", 0.14), "--wall", "1423", "--config", "c.yaml",
+                        "--device", "NVIDIA H100 80GB HBM3", "--save", str(out)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(out.read_text())["device"] == "NVIDIA H100 80GB HBM3"
 
 
 def test_a_dry_run_on_the_tiny_model_is_labelled_so(tmp_path):
