@@ -6,7 +6,9 @@ time is at least the recipe's over the second half of its own. "The second half 
 logged after half the loop's last `time_elapsed` (the RL loop's wall time, held-out reads included, the same
 schedule for both): by time, not iterations, because a faster candidate runs more of them in the same
 half hour. The read before RL (iteration 0, no time_elapsed) is never in it. The test split is not read
-here: it picks nothing.
+here: it picks nothing. Both runs must read the same thing: the task (config.yaml's data.task) and the
+number of problems a read covers (eval_n); a quickstart run once "won" against recipe3 on 12 synthetic
+problems, so runs that differ there are an error naming both.
 
     python bench/recipe_rule.py CANDIDATE_RUN RECIPE_RUN [--save PATH]
 
@@ -17,6 +19,8 @@ loss: the rule cannot be applied to it.
 import argparse
 import json
 import os
+
+import yaml
 
 
 def second_half_reads(run: str) -> list:
@@ -41,6 +45,28 @@ def second_half_reads(run: str) -> list:
     return reads
 
 
+def what_it_reads(run: str) -> tuple:
+    """(task, problems a read covers) of a run, each None where its files do not say."""
+    task = None
+    try:
+        with open(os.path.join(run, "config.yaml")) as f:
+            task = ((yaml.safe_load(f) or {}).get("data") or {}).get("task")
+    except OSError:
+        pass
+    with open(os.path.join(run, "metrics.jsonl")) as f:  # second_half_reads has read it: it exists
+        ns = {json.loads(ln).get("eval_n") for ln in f if '"eval_accuracy"' in ln} - {None}
+    return task, (ns.pop() if len(ns) == 1 else None)
+
+
+def same_reads(candidate: str, recipe: str) -> None:
+    """Refuse two runs whose reads are not of one validation split (SystemExit naming both)."""
+    a, b = what_it_reads(candidate), what_it_reads(recipe)
+    for what, x, y in (("task", a[0], b[0]), ("problems a read", a[1], b[1])):
+        if x is not None and y is not None and x != y:
+            raise SystemExit(f"error: {candidate} and {recipe} read different things ({what}: {x} against {y}): "
+                             f"the rule compares reads of one validation split")
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("candidate")
@@ -51,6 +77,7 @@ def main(argv=None) -> dict:
     for name, run in (("candidate", a.candidate), ("recipe", a.recipe)):
         reads = second_half_reads(run)
         out[name] = {"run": run, "reads": reads, "mean": round(sum(r[2] for r in reads) / len(reads), 4)}
+    same_reads(a.candidate, a.recipe)
     out["candidate_wins"] = out["candidate"]["mean"] >= out["recipe"]["mean"]
     print(json.dumps(out))
     if a.save:

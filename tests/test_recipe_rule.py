@@ -47,3 +47,17 @@ def test_a_run_it_cannot_judge_is_an_error_naming_the_file(tmp_path):
         recipe_rule.main([none, str(RECIPE3)])
     with pytest.raises(SystemExit, match=r"missing/metrics.jsonl: No such file"):
         recipe_rule.main([str(tmp_path / "missing"), str(RECIPE3)])
+
+
+def test_runs_that_read_different_things_are_refused(tmp_path):
+    """A quickstart run (12 synthetic problems a read) once came out the winner against recipe3 (500 of
+    GSM8K-tool's validation split): a different task or number of problems a read is an error naming both."""
+    other = write_run(tmp_path / "quick", {2: 0.8, 3: 0.8}, 1.0, 3)
+    lines = [json.loads(ln) for ln in Path(other, "metrics.jsonl").read_text().splitlines()]
+    Path(other, "metrics.jsonl").write_text("".join(json.dumps(dict(m, eval_n=12) if "eval_accuracy" in m else m)
+                                                    + "\n" for m in lines))
+    with pytest.raises(SystemExit, match=r"quick and .*recipe3 read different things \(problems a read: 12 against 500"):
+        recipe_rule.main([other, str(RECIPE3)])
+    Path(other, "config.yaml").write_text("data:\n  task: calc\n")
+    with pytest.raises(SystemExit, match=r"\(task: calc against gsm8k_tool\)"):
+        recipe_rule.main([other, str(RECIPE3)])
