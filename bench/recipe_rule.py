@@ -47,12 +47,16 @@ def second_half_reads(run: str) -> list:
 
 def what_it_reads(run: str) -> tuple:
     """(task, problems a read covers) of a run, each None where its files do not say."""
-    task = None
+    task, path = None, os.path.join(run, "config.yaml")
     try:
-        with open(os.path.join(run, "config.yaml")) as f:
-            task = ((yaml.safe_load(f) or {}).get("data") or {}).get("task")
+        with open(path) as f:
+            cfg = yaml.safe_load(f)
     except OSError:
-        pass
+        cfg = None
+    except yaml.YAMLError as e:
+        raise SystemExit(f"error: {path}: not YAML ({str(e).splitlines()[0]})") from None
+    if isinstance(cfg, dict) and isinstance(cfg.get("data"), dict):
+        task = cfg["data"].get("task")
     with open(os.path.join(run, "metrics.jsonl")) as f:  # second_half_reads has read it: it exists
         ns = {json.loads(ln).get("eval_n") for ln in f if '"eval_accuracy"' in ln} - {None}
     return task, (ns.pop() if len(ns) == 1 else None)

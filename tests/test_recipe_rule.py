@@ -61,3 +61,6 @@ def test_runs_that_read_different_things_are_refused(tmp_path):
     Path(other, "config.yaml").write_text("data:\n  task: calc\n")
     with pytest.raises(SystemExit, match=r"\(task: calc against gsm8k_tool\)"):
         recipe_rule.main([other, str(RECIPE3)])
+    Path(other, "config.yaml").write_text("data: [\n")
+    with pytest.raises(SystemExit, match=r"quick/config.yaml: not YAML"):
+        recipe_rule.main([other, str(RECIPE3)])
