@@ -23,8 +23,8 @@ import os
 import yaml
 
 
-def second_half_reads(run: str) -> list:
-    """[(iteration, time_elapsed, eval_accuracy)] of the run's held-out reads after half its RL time."""
+def read_metrics(run: str) -> tuple:
+    """(path, [one dict a line]) of the run's metrics.jsonl, or SystemExit naming it."""
     path = os.path.join(run, "metrics.jsonl")
     try:
         with open(path) as f:
@@ -33,6 +33,14 @@ def second_half_reads(run: str) -> list:
         raise SystemExit(f"error: {path}: {e.strerror or e}") from None
     except json.JSONDecodeError as e:
         raise SystemExit(f"error: {path}: not JSON lines ({e})") from None
+    bad = next((i for i, m in enumerate(lines, 1) if not isinstance(m, dict)), None)
+    if bad is not None:
+        raise SystemExit(f"error: {path}: line {bad} is not a JSON object")
+    return path, lines
+
+
+def second_half_reads(path: str, lines: list) -> list:
+    """[(iteration, time_elapsed, eval_accuracy)] of the run's held-out reads after half its RL time."""
     timed = [m for m in lines if "time_elapsed" in m]
     if not timed:
         raise SystemExit(f"error: {path}: no RL iteration logged (no time_elapsed)")
@@ -45,7 +53,7 @@ def second_half_reads(run: str) -> list:
     return reads
 
 
-def what_it_reads(run: str) -> tuple:
+def what_it_reads(run: str, lines: list) -> tuple:
     """(task, problems a read covers) of a run, each None where its files do not say."""
     task, path = None, os.path.join(run, "config.yaml")
     try:
@@ -57,18 +65,8 @@ def what_it_reads(run: str) -> tuple:
         raise SystemExit(f"error: {path}: not YAML ({str(e).splitlines()[0]})") from None
     if isinstance(cfg, dict) and isinstance(cfg.get("data"), dict):
         task = cfg["data"].get("task")
-    with open(os.path.join(run, "metrics.jsonl")) as f:  # second_half_reads has read it: it exists
-        ns = {json.loads(ln).get("eval_n") for ln in f if '"eval_accuracy"' in ln} - {None}
+    ns = {m.get("eval_n") for m in lines if "eval_accuracy" in m} - {None}
     return task, (ns.pop() if len(ns) == 1 else None)
-
-
-def same_reads(candidate: str, recipe: str) -> None:
-    """Refuse two runs whose reads are not of one validation split (SystemExit naming both)."""
-    a, b = what_it_reads(candidate), what_it_reads(recipe)
-    for what, x, y in (("task", a[0], b[0]), ("problems a read", a[1], b[1])):
-        if x is not None and y is not None and x != y:
-            raise SystemExit(f"error: {candidate} and {recipe} read different things ({what}: {x} against {y}): "
-                             f"the rule compares reads of one validation split")
 
 
 def main(argv=None) -> dict:
@@ -77,11 +75,16 @@ def main(argv=None) -> dict:
     ap.add_argument("recipe")
     ap.add_argument("--save", default=None)
     a = ap.parse_args(argv)
-    out = {"name": "recipe_rule"}
+    out, reads_what = {"name": "recipe_rule"}, []
     for name, run in (("candidate", a.candidate), ("recipe", a.recipe)):
-        reads = second_half_reads(run)
+        path, lines = read_metrics(run)
+        reads = second_half_reads(path, lines)
         out[name] = {"run": run, "reads": reads, "mean": round(sum(r[2] for r in reads) / len(reads), 4)}
-    same_reads(a.candidate, a.recipe)
+        reads_what.append(what_it_reads(run, lines))
+    for what, x, y in zip(("task", "problems a read"), *reads_what):  # reads of one validation split, or refused
+        if x is not None and y is not None and x != y:
+            raise SystemExit(f"error: {a.candidate} and {a.recipe} read different things ({what}: {x} against "
+                             f"{y}): the rule compares reads of one validation split")
     out["candidate_wins"] = out["candidate"]["mean"] >= out["recipe"]["mean"]
     print(json.dumps(out))
     if a.save:

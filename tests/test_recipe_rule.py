@@ -47,6 +47,10 @@ def test_a_run_it_cannot_judge_is_an_error_naming_the_file(tmp_path):
         recipe_rule.main([none, str(RECIPE3)])
     with pytest.raises(SystemExit, match=r"missing/metrics.jsonl: No such file"):
         recipe_rule.main([str(tmp_path / "missing"), str(RECIPE3)])
+    (tmp_path / "list").mkdir()
+    (tmp_path / "list" / "metrics.jsonl").write_text('{"iter": 0}\n[1, 2]\n')
+    with pytest.raises(SystemExit, match=r"list/metrics.jsonl: line 2 is not a JSON object"):
+        recipe_rule.main([str(tmp_path / "list"), str(RECIPE3)])
 
 
 def test_runs_that_read_different_things_are_refused(tmp_path):
