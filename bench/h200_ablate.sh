@@ -23,7 +23,9 @@
 #     time: each read ONCE on the whole test split after everything else, the first named the pair's baseline;
 #     never used to choose, which the validation table does)
 #     BASE_ABL (ablation files layered under every lane, the recipe's included, e.g. "grpo": issue 31's GRPO pair
-#     as the recipe's lane against overlap_process, two lanes rather than three)
+#     as the recipe's lane against overlap_process, two lanes rather than three), SKIP (phases not to run, e.g.
+#     "val-recipe val-overlap_process": a pair read on the test split alone, when a session's device time is short;
+#     bench/phases.sh)
 #   python bench/ablation_table.py RESULTS_DIR            # the README table and the PNG curves, afterwards
 set -u
 [ $# -ge 2 ] || { echo "usage: bench/h200_ablate.sh SFT_HF RESULTS_DIR [RECIPE] (see the comment at its top)"; exit 2; }
@@ -43,7 +45,7 @@ lane() {  # name [gpu]: RL from the SFT policy for T seconds, in-run curve on 20
   phase "rl-$n" python3 train.py --config "$REC" "${base[@]}" "${more[@]}" model.path="$S" run.dir="$R/$n" train.sft_steps=0 \
     train.time_limit=$T eval.every=10 eval.limit=200 run.memory_fraction=$F log.progress=false $X &&
   phase "val-$n" python3 eval.py --config "$REC" "${base[@]}" "${more[@]}" model.path="$R/$n" eval.split=val eval.limit=0 \
-    run.memory_fraction=$F eval.out="$R/val-$n" $X && tail -1 "$R/val-$n.log" > "$R/val-$n.json"
+    run.memory_fraction=$F eval.out="$R/val-$n" $X && { [ ! -e "$R/val-$n.log" ] || tail -1 "$R/val-$n.log" > "$R/val-$n.json"; }
 }
 log "begin: ${names[*]} (ABL_TIME=$T, $L lanes a wave, memory_fraction $F${GPUS:+, GPUs $GPUS}${BASE_ABL:+, every lane on $BASE_ABL})"
 for ((i = 0; i < ${#names[@]}; i += L)); do

@@ -161,6 +161,25 @@ def test_ablate_layers_base_abl_under_every_lane_and_refuses_an_unknown_one(tmp_
         assert not (tmp_path / "res2").exists()
 
 
+def test_ablate_pair_with_its_validation_reads_skipped_leaves_no_empty_read(tmp_path):
+    """The GRPO pair as it ran on an H100 (SKIP="val-recipe val-overlap_process", to fit one session's device
+    time): two lanes trained and read on test, no validation read, and no val-*.json at all (an empty one was
+    written from the skipped read's missing log), while the test comparison still runs."""
+    env, record = recording_python(tmp_path)
+    env.update(ONLY="overlap_process", BASE_ABL="grpo", TEST="recipe overlap_process",
+               SKIP="val-recipe val-overlap_process")
+    res = tmp_path / "res"
+    r = subprocess.run(["bash", os.path.join(ROOT, "bench", "h200_ablate.sh"), "sft", str(res)],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    calls = [c for c in record.read_text().splitlines() if c.startswith(("train.py", "eval.py"))]
+    assert [c.split(" ", 1)[0] for c in calls] == ["train.py", "train.py", "eval.py", "eval.py"], calls
+    assert all("eval.split=test" in c for c in calls[2:]), calls
+    assert not list(res.glob("val-*.json")) and "No such file" not in r.stderr
+    assert "skip val-recipe (SKIP)" in (res / "progress.txt").read_text()
+    assert any(c.startswith("-m r1.compare") and "test-recipe" in c for c in record.read_text().splitlines())
+
+
 def recording_python(tmp_path, line='"$*"'):
     """A fake python3 first on PATH that appends `line` (shell words) to calls.txt and prints {}: the
     device scripts' commands, recorded without running them. Returns (environment, record file)."""
