@@ -16,8 +16,9 @@ set -u
 . "$(dirname "$0")/base_abl.sh"; base_abl bench/h200_recipe.sh ${BASE_ABL:-} || exit 2  # the array `base`
 M=$1; R=$2; CFG=${3:-configs/gsm8k_tool_30min.yaml}; mkdir -p "$R"
 . "$(dirname "$0")/phases.sh"  # log, phase
-DEV=$(python3 -c 'import torch; print(torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu")')
-log "begin: $(python3 -c 'import torch; print(torch.__version__)') $DEV $CFG${BASE_ABL:+ with $BASE_ABL}"
+TV=$(python3 -c 'import torch; print(torch.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu")')
+DEV=${TV#* }  # the GPU's name (it has spaces), for bench/learning_result.py; one torch import for both
+log "begin: $TV $CFG${BASE_ABL:+ with $BASE_ABL}"
 t0=$(date +%s.%N)
 phase recipe python3 train.py --config "$CFG" "${base[@]}" model.path="$M" run.dir="$R/recipe" log.progress=false ${EXTRA:-} || exit 1
 [ -e "$R/wall_s" ] || python3 -c "print(round($(date +%s.%N) - $t0, 1))" > "$R/wall_s"
