@@ -101,6 +101,24 @@ def first_layers(critic: Transformer, k: int, path: str) -> Transformer:
     return critic
 
 
+def epochs(algo, it: int, critic: bool) -> tuple:
+    """(policy passes, critic passes) of iteration `it`: the policy rests while the critic warms up
+    (algo.critic_warmup), the critic makes algo.vf_epochs passes (0 = ppo_epochs); no critic, no passes."""
+    if not critic:
+        return algo.ppo_epochs, 0
+    return (0 if it < algo.critic_warmup else algo.ppo_epochs), (algo.vf_epochs or algo.ppo_epochs)
+
+
+def schedule_lengths(cfg: Config, critic: bool) -> tuple:
+    """(policy, critic) optimizer steps over train.steps iterations, each the length of its model's
+    learning-rate schedule: the passes `epochs` gives, algo.minibatches steps each. A schedule counts the
+    steps its own optimizer takes, so each cosine reaches its floor at the run's last step."""
+    a, n = cfg.algo, cfg.train.steps  # the sums of `epochs` over the iterations, in closed form
+    if not critic:
+        return n * a.ppo_epochs * a.minibatches, 0
+    return max(0, n - a.critic_warmup) * a.ppo_epochs * a.minibatches, n * (a.vf_epochs or a.ppo_epochs) * a.minibatches
+
+
 class Learner:
     """The trained models with their optimizers and schedules: scoring, the update, the export."""
 
@@ -129,17 +147,16 @@ class Learner:
         self.policy_fwd, self.critic_fwd, self.ref_fwd = (self.copies.get(k, m) for k, m in
                                                            (("policy", self.policy), ("critic", self.critic),
                                                             ("ref", self.ref)))
-        a = cfg.algo
-        total = cfg.train.steps * a.ppo_epochs * a.minibatches
+        policy_total, critic_total = schedule_lengths(cfg, self.critic is not None)
         self.opt = torch.optim.AdamW(lora.trainable(self.policy), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay,
                                      betas=(0.9, 0.95))
-        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(cfg, total))
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(cfg, policy_total))
         self.models, self.optims, self.scheds = {"policy": self.policy}, {"policy": self.opt}, {"policy": self.sched}
         self.copt = self.csched = None
         if self.critic is not None:
             self.copt = torch.optim.AdamW(lora.trainable(self.critic), lr=cfg.train.critic_lr,
                                           weight_decay=cfg.train.weight_decay, betas=(0.9, 0.95))
-            self.csched = torch.optim.lr_scheduler.LambdaLR(self.copt, lr_lambda(cfg, total))
+            self.csched = torch.optim.lr_scheduler.LambdaLR(self.copt, lr_lambda(cfg, critic_total))
             self.models["critic"], self.optims["critic"], self.scheds["critic"] = self.critic, self.copt, self.csched
 
     def autocast(self):
@@ -153,11 +170,14 @@ class Learner:
         of one mini-batch the update's forward runs on the weights scoring would, so its logprobs, detached,
         are the old ones (ratio exactly 1; decoupled PPO's proximal policy too); not with a reference model
         (its KL, in the reward or logged, is taken against the old logprobs before credit), nor while the
-        critic warms up (the policy does not run then, and the sampler gap is read from its forward)."""
-        a = self.cfg.algo
+        critic warms up (the policy does not run then, and the sampler gap is read from its forward), nor with
+        model.lora_dropout > 0 (the update's forward drops adapter inputs, scoring's does not: reused, the
+        ratio would still be 1 but decoupled PPO's and TIS's weight old/sampler would be dropout noise)."""
+        a, m = self.cfg.algo, self.cfg.model
         warming = self.critic is not None and it < a.critic_warmup
+        dropout = bool(m.lora_rank and m.lora_dropout)
         return (self.cfg.train.score_policy == "auto" and a.ppo_epochs == 1 and a.minibatches == 1
-                and self.ref is None and not warming)
+                and self.ref is None and not warming and not dropout)
 
     def old_from_sampler(self, it: int) -> bool:
         """Whether iteration `it` takes the sampler's logprobs as the old ones (train.score_policy=sampler):
@@ -200,9 +220,7 @@ class Learner:
         """Step 4: `ppo_epochs` policy passes and `vf_epochs` critic passes (critic alone during
         `critic_warmup`) over the mini-batches; returns metrics averaged over tokens / optimizer steps
         and ranks. Every rank runs the same passes, mini-batches and (with fillers) micro-batches."""
-        algo = self.cfg.algo
-        policy_epochs = 0 if self.critic is not None and it < algo.critic_warmup else algo.ppo_epochs
-        critic_epochs = (algo.vf_epochs or algo.ppo_epochs) if self.critic is not None else 0
+        policy_epochs, critic_epochs = epochs(self.cfg.algo, it, self.critic is not None)
         work = self.micro_batch_work(plan, scores, credit, sampler_logp)
         norms = [self.minibatch_norms(mini, plan) for mini in work]  # counts: the same every epoch
         stats, skipped = {}, 0

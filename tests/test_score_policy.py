@@ -159,3 +159,30 @@ def test_the_config_names_its_choices(tmp_path):
 
     with pytest.raises(ConfigError, match="train.score_policy"):
         load_config(SMOKE, [f"run.dir={tmp_path}", "train.score_policy=never"])
+
+
+@pytest.mark.parametrize("score_policy", ["auto", "always"])
+def test_lora_dropout_keeps_on_policy_behaviour_weights_exactly_one(tmp_path, score_policy):
+    """model.lora_dropout > 0: the update's forward drops adapter inputs, scoring's does not, so `auto` must
+    score. On on-policy data (each step's stored logprobs are the policy's scored ones, bit for bit) the
+    decoupled-PPO weight old/sampler is then exactly 1 and the behaviour KL exactly 0; reusing the update's
+    forward made them dropout noise."""
+    cfg = load_config(SMOKE, [f"run.dir={tmp_path / 'run'}", *TINY, "model.lora_rank=4", "model.lora_alpha=8",
+                              "model.lora_dropout=0.3", "algo.minibatches=1", "algo.kl_coef=0",
+                              "algo.policy_loss=decoupled_ppo", f"train.score_policy={score_policy}",
+                              "log.tensorboard=false", "log.trajectories=false"])
+    tr = Trainer(cfg)
+    tr.iteration(0)  # the adapters' B starts at 0, where dropout on their input changes nothing
+    trajs = tr.rollout(1)
+    plan = packing.plan(trajs, 1, tr.cfg.train.micro_tokens, tr.device, tr.cfg.train.share_prefix)
+    scores = tr.learner.score(plan.micro_batches)
+    tok_step = torch.cat([mb.tok_step for mb in plan.micro_batches])
+    flat = torch.cat([s.old_logp for s in scores])[torch.sort(tok_step, stable=True).indices].tolist()
+    k = 0
+    for step in (s for t in trajs for s in t.steps):  # the sampler's logprobs := the policy's, exactly
+        step.logprobs, k = flat[k:k + len(step.response_ids)], k + len(step.response_ids)
+    assert k == len(flat)
+    tr.rollout = lambda it: trajs
+    m = tr.iteration(1)
+    assert (m["behav_weight_mean"], m["behav_kl"], m["behav_capped_frac"]) == (1.0, 0.0, 0.0)
+    assert not tr.learner.reuses_logprobs(1)
