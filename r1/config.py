@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from r1.algos.estimators import CRITIC_KEYS, ESTIMATORS
+from r1.algos.losses import KL_ESTIMATORS
 from r1.algos.policy_losses import POLICY_LOSSES
 from r1.algos.reward_norm import MODES as REWARD_NORM_MODES
 from r1.envs.context import CONTEXT_POLICIES
@@ -322,7 +323,7 @@ class Algo:
     kl_coef: float = 0.0
     """KL to the reference policy (0 = no reference model is built)."""
     kl_estimator: str = "k3"
-    """k1, k2 or k3."""
+    """A name in r1/algos/losses.KL_ESTIMATORS: k1, k2, k3 (exact, unbiased) or k3_clamped (min(k3, 10), biased low)."""
     kl_in_reward: bool = False
     """Apply KL as a per-token reward penalty instead of a loss term."""
     ppo_epochs: int = 1
@@ -454,7 +455,7 @@ CHOICES = {
     "algo.advantage": ESTIMATORS, "algo.policy_loss": POLICY_LOSSES, "algo.normalize_reward": REWARD_NORM_MODES,
     "algo.reward_level": ["trajectory", "step"], "algo.ratio_level": ["token", "step"],
     "algo.loss_agg": ["token_mean", "seq_mean_token_sum", "seq_mean_token_mean", "step_mean"],
-    "algo.kl_estimator": ["k1", "k2", "k3"], "train.stage": ["rl", "sft"], "train.schedule": ["constant", "cosine"],
+    "algo.kl_estimator": KL_ESTIMATORS, "train.stage": ["rl", "sft"], "train.schedule": ["constant", "cosine"],
     "train.activation_checkpointing": ["auto", "true", "false"],
     "train.precision": ["autocast", "bf16"],
     "train.score_policy": ["auto", "always", "sampler"],

@@ -100,13 +100,15 @@ def step_rewards(trajs: list) -> torch.Tensor:
     return torch.tensor([s.reward for t in trajs for s in t.steps], dtype=torch.float64)
 
 
-def normalized_rewards(step_reward: torch.Tensor, moments: torch.Tensor, mode: str, d) -> torch.Tensor:
-    """algo.normalize_reward: add this iteration's global reward moments to the running ones `moments`
-    (count, sum, sum of squares; float64, updated in place), then normalise. Every rank joins the sum,
-    also one with no steps."""
+def normalized_rewards(step_reward: torch.Tensor, moments: torch.Tensor, mode: str, d,
+                       seen: torch.Tensor | None = None) -> torch.Tensor:
+    """algo.normalize_reward: add the global moments of every step reward seen this iteration (`seen`: all
+    episodes played, also those algo.drop_uniform_groups leaves out of the update; default step_reward)
+    to the running ones `moments` (count, sum, sum of squares; float64, updated in place), then normalise
+    step_reward. Every rank joins the sum, also one with no steps."""
     if mode == "off":
         return step_reward
-    moments += distributed.all_sum(reward_moments(step_reward), d).cpu()
+    moments += distributed.all_sum(reward_moments(step_reward if seen is None else seen), d).cpu()
     return normalize_rewards(step_reward, moments, mode)
 
 

@@ -316,3 +316,36 @@ def test_reward_normalisation_matches_a_float64_running_loop(mode):
         assert out.tolist() == pytest.approx(want, rel=1e-10, abs=1e-10)
     flat = torch.ones(3, dtype=F64)  # no spread: left unscaled, never multiplied by 1 / sqrt(eps)
     assert torch.equal(normalize_rewards(flat, reward_moments(flat), "std"), flat)
+
+
+def test_reward_moments_count_every_reward_seen_also_dropped_groups(tmp_path, tok_dir):
+    """algo.normalize_reward with algo.drop_uniform_groups: the running moments are those of every step
+    reward of every episode played (the docs' and the key's "every reward seen"), also of the uniform group
+    the update leaves out; the kept episodes' rewards are divided by that std (float64)."""
+    from r1.trainer import Trainer
+    from test_update_textbook import hand_trajs
+
+    trajs = hand_trajs(append_only=True)
+    for t in trajs:  # group 1 uniform: both its episodes total 1.0
+        if t.group == 1:
+            t.steps[-1].reward = 1.0 - sum(s.reward for s in t.steps[:-1])
+    args = [f"run.dir={tmp_path / 'run'}", f"model.tokenizer={tok_dir}", "algo.advantage=grpo", "algo.kl_coef=0",
+            "algo.drop_uniform_groups=true", "algo.normalize_reward=std", "algo.grpo_std_norm=false",
+            "log.tensorboard=false", "log.trajectories=false"]
+    trainer = Trainer(load_config(SMOKE, args))
+    trainer.rollout = lambda it: trajs
+    seen_by_credit = []
+    import r1.trainer as trainer_module
+    real = trainer_module.compute_credit
+    trainer_module.compute_credit = lambda batch, algo: seen_by_credit.append(batch.step_reward) or real(batch, algo)
+    try:
+        m = trainer.iteration(0)
+    finally:
+        trainer_module.compute_credit = real
+    every = [s.reward for t in trajs for s in t.steps]
+    kept = [s.reward for t in trajs if t.group == 0 for s in t.steps]
+    assert m["trained_frac"] == 0.5 and len(kept) < len(every)
+    want = [float(len(every)), math.fsum(every), math.fsum(r * r for r in every)]
+    assert trainer.reward_moments.tolist() == pytest.approx(want, rel=1e-14)
+    sd = statistics.stdev(every)
+    assert seen_by_credit[0].tolist() == pytest.approx([r / sd for r in kept], rel=1e-12)

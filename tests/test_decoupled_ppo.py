@@ -23,9 +23,8 @@ def ref_decoupled(logp, prox, adv, mask, behav, clip_low, clip_high, dual_clip, 
         if not v:
             continue
         rho = math.exp(max(-20.0, min(20.0, logp[i] - prox[i])))
-        w = math.exp(max(-20.0, min(20.0, prox[i] - behav[i])))
-        if tis_cap:
-            w = min(w, tis_cap)
+        gap = prox[i] - behav[i]
+        w = min(math.exp(min(gap, 700.0)), tis_cap) if tis_cap else math.exp(min(gap, 20.0))
         a = adv[i]
         clipped = min(max(rho, 1 - clip_low), 1 + clip_high)
         l, g = -a * rho, -a * rho  # the unclipped branch: d(-A rho)/d logp = -A rho
@@ -72,9 +71,14 @@ def test_decoupled_ppo_matches_float64_loop(agg, clip_low, clip_high, dual_clip,
 
 
 @pytest.mark.parametrize("agg", ["token_mean", "seq_mean_token_sum"])
-def test_capped_decoupled_ppo_is_ppo_with_truncated_is(agg):
-    """The identity the docstring states: same loss, same gradient, bit for bit."""
+@pytest.mark.parametrize("gaps", [False, True])
+def test_capped_decoupled_ppo_is_ppo_with_truncated_is(agg, gaps):
+    """The identity the docstring states: same loss, same gradient, bit for bit; also where the behaviour
+    policy is further than log_ratio_clamp from the proximal one (gaps: |prox - behav| = 25, 60, 800)."""
     logp, prox, adv, mask, behav, seg = batch(seed=5)
+    if gaps:
+        for i, gap in zip((0, 1, 2, 4, 5, 6), (25.0, -25.0, 60.0, -60.0, 800.0, -800.0)):
+            behav[i], mask[i] = prox[i] - gap, 1.0
     grads = []
     for fn in ("decoupled", "ppo"):
         x = logp.clone().requires_grad_(True)

@@ -427,11 +427,12 @@ def ref_kl(lp, rl, kind):
         return -d
     if kind == "k2":
         return 0.5 * d * d
-    d = min(max(d, -20.0), 20.0)
-    return min(math.exp(d) - d - 1, 10.0)
+    if kind == "k3":
+        return math.expm1(d) - d
+    return min(math.expm1(d) - d, 10.0)  # k3_clamped
 
 
-@pytest.mark.parametrize("kind", ["k1", "k2", "k3"])
+@pytest.mark.parametrize("kind", ["k1", "k2", "k3", "k3_clamped"])
 def test_kl_penalty_matches_loop(kind):
     g = torch.Generator().manual_seed(13)
     logp = -torch.rand(30, generator=g, dtype=F64) * 4
@@ -449,6 +450,30 @@ def test_kl_penalty_gradients():
     ref = torch.tensor([-1.5, -1.0, -0.3], dtype=F64)
     close(grad_of(kl_penalty(logp, ref, "k2").sum(), logp), (logp - ref).detach())
     close(grad_of(kl_penalty(logp, ref, "k3").sum(), logp), (1 - torch.exp(ref - logp)).detach())
+
+
+def test_k3_is_unbiased_and_exact_k3_clamped_is_not():
+    """E_pi[k3] = KL(pi || ref) exactly (sum over the support, float64), also far from ref; k3 at logp = -5,
+    ref = 0 is e^5 - 6 with gradient 1 - e^5. k3_clamped is min(k3, 10): its expectation falls short."""
+    pi = torch.tensor([0.9, 0.07, 0.03], dtype=F64)
+    ref = torch.tensor([0.05, 0.05, 0.9], dtype=F64)
+    kl = float((pi * (pi.log() - ref.log())).sum())
+    assert kl == pytest.approx(2.5228517172, rel=1e-10)
+    assert float((pi * kl_penalty(pi.log(), ref.log(), "k3")).sum()) == pytest.approx(kl, rel=1e-14)
+    clamped = float((pi * kl_penalty(pi.log(), ref.log(), "k3_clamped")).sum())
+    assert clamped == pytest.approx(2.0548876387, rel=1e-10) and clamped < kl
+    logp = torch.tensor([-5.0], dtype=F64, requires_grad=True)
+    k3 = kl_penalty(logp, torch.zeros(1, dtype=F64), "k3")
+    close(k3, [math.exp(5) - 6])
+    close(grad_of(k3.sum(), logp), [1 - math.exp(5)])
+    logp = torch.tensor([-5.0], dtype=F64, requires_grad=True)
+    k3c = kl_penalty(logp, torch.zeros(1, dtype=F64), "k3_clamped")
+    close(k3c, [10.0])
+    close(grad_of(k3c.sum(), logp), [0.0])
+    # near d = 0, where exp(d) - 1 - d cancels: k3 keeps its relative precision (d^2 / 2 + d^3 / 6 ...)
+    for d in (1e-9, -1e-6, 3e-4, -9e-4):
+        got = float(kl_penalty(torch.zeros(1, dtype=F64), torch.tensor([d], dtype=F64), "k3"))
+        assert got == pytest.approx(d * d / 2 + d ** 3 / 6 + d ** 4 / 24, rel=1e-13)
 
 
 def test_kl_reward_penalty_matches_loop():

@@ -8,7 +8,8 @@ learner's weights before this update, scored in step 2: `old_logp`), and the
 policy being trained (`logp`). PPO's clip keeps the update near the proximal
 policy; an importance weight prox/behaviour corrects for who sampled:
 
-    w_i   = sg[exp(clamp(old_i - sampler_i, +-log_ratio_clamp))], capped: min(w_i, tis_cap) when tis_cap > 0
+    w_i   = sg[min(exp(old_i - sampler_i), tis_cap)]          when tis_cap > 0 (PPO's truncated IS)
+    w_i   = sg[exp(min(old_i - sampler_i, log_ratio_clamp))]   when tis_cap = 0 (uncapped; overflow bounded)
     rho_i = exp(clamp(logp_i - old_i, +-log_ratio_clamp))
     l_i   = w_i * max(-A_i rho_i, -A_i clip(rho_i, 1 - clip_low, 1 + clip_high))
     dual clip (A_i < 0): min(., -A_i dual_clip) before the weight
@@ -25,14 +26,15 @@ PPO's own functions (r1/algos/losses.py), so the two cannot drift apart.
 import torch
 
 from r1.algos.losses import (_masked_mean, aggregate, check_clip, check_policy_inputs, clipped_surrogate,
-                             drop_nonfinite, policy_ratio, ratio_metrics, sampler_correction)
+                             drop_nonfinite, kl_k3, policy_ratio, ratio_metrics, sampler_correction)
 
 
 def decoupled_ppo_loss(logp, old_logp, adv, mask, sampler_logp, clip_low=0.2, clip_high=0.2, dual_clip=None,
                        log_ratio_clamp=20.0, tis_cap=None, seg_ids=None, agg="token_mean", norm=None,
                        num_segments=None, seg_sizes=None):
     """logp [N] (differentiated), old_logp [N] (proximal), adv [N], mask [N], sampler_logp [N] (behaviour).
-    Returns (loss, metrics): PPO's (clip_frac, dual_clip_frac, approx_kl against the proximal policy,
+    Returns (loss, metrics): PPO's (clip_frac, dual_clip_frac, approx_kl of new vs proximal over the
+    behaviour's samples (losses.ratio_metrics),
     ratio_mean/max/min, dropped_nonfinite, sampler_gap_mean/max) plus behav_weight_mean,
     behav_capped_frac and behav_kl (k3 estimate of KL(behaviour || proximal))."""
     if sampler_logp is None:
@@ -45,9 +47,10 @@ def decoupled_ppo_loss(logp, old_logp, adv, mask, sampler_logp, clip_low=0.2, cl
     log_ratio, ratio = policy_ratio(logp, old, valid, log_ratio_clamp)
     pg, clipped, dual = clipped_surrogate(a, ratio, clip_low, clip_high, dual_clip)
     pg, metrics = sampler_correction(pg, old, sampler, valid)  # PPO's gap metrics; the weight is below
-    behav_log = (old - sampler).clamp(-log_ratio_clamp, log_ratio_clamp)  # [N] log prox/behaviour
-    raw = torch.exp(behav_log)
-    w = raw if tis_cap is None else raw.clamp(max=tis_cap)
+    behav_log = old - sampler  # [N] log prox/behaviour
+    raw = torch.exp(behav_log)  # may overflow to inf; both weights below are finite
+    # capped: PPO's truncated IS as written in sampler_correction; uncapped: only the overflow side bounded
+    w = raw.clamp(max=tis_cap) if tis_cap is not None else torch.exp(behav_log.clamp(max=log_ratio_clamp))
     pg = pg * w
     loss = aggregate(pg, valid, seg_ids, agg, num_segments, norm, seg_sizes)
     with torch.no_grad():
@@ -56,8 +59,10 @@ def decoupled_ppo_loss(logp, old_logp, adv, mask, sampler_logp, clip_low=0.2, cl
             "dual_clip_frac": _masked_mean(dual.to(ratio.dtype), valid),
             "behav_weight_mean": _masked_mean(w, valid),
             "behav_capped_frac": _masked_mean((w != raw).to(raw.dtype), valid),
-            # k3 of KL(behaviour || proximal) from behaviour samples: r - 1 - log r, r = prox/behaviour
-            "behav_kl": _masked_mean(raw - 1.0 - behav_log, valid),
+            # k3 of KL(behaviour || proximal) from behaviour samples: r - 1 - log r, r = prox/behaviour;
+            # the metric's log r clamped at +-log_ratio_clamp, so one wild token cannot make it inf
+            "behav_kl": _masked_mean(kl_k3(torch.zeros_like(raw), behav_log.clamp(-log_ratio_clamp, log_ratio_clamp)),
+                                     valid),
         })
     metrics.update(ratio_metrics(log_ratio, ratio, valid), dropped_nonfinite=dropped)
     return loss, metrics

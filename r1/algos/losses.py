@@ -28,6 +28,8 @@ import math
 
 import torch
 
+from r1.registry import Registry
+
 AGG_MODES = ("token_mean", "seq_mean_token_sum", "seq_mean_token_mean", "step_mean")
 
 
@@ -186,8 +188,10 @@ def sampler_correction(pg, old, sampler_logp, valid, tis_cap=None):
 
 
 def ratio_metrics(log_ratio, ratio, valid):
-    """approx_kl (k3 estimate of KL(old || new) from the token ratio exp(log_ratio)) and
-    ratio_mean/max/min of the ratio used, over valid tokens (0 when there are none)."""
+    """approx_kl (mean of r - 1 - log r, r = exp(log_ratio) = new/old per token) and ratio_mean/max/min of
+    the ratio used, over valid tokens (0 when there are none). approx_kl is the k3 estimate of
+    KL(old || new) when old sampled the tokens; under train.overlap or rollout.carry_tokens the behaviour
+    policy sampled them, and it is the same mean under the behaviour's samples, not importance-weighted."""
     with torch.no_grad():
         log_ratio, r = log_ratio.detach(), ratio.detach()
         any_valid = valid.any()
@@ -239,8 +243,8 @@ def ppo_policy_loss(
 
     Returns (loss scalar, metrics). Metrics (0-d detached, over valid tokens,
     0 when there are none): clip_frac (the clipped branch is taken, so the
-    token gets no gradient), dual_clip_frac, approx_kl (k3 estimate of
-    KL(old || new): mean of rho - 1 - log rho with the token ratio),
+    token gets no gradient), dual_clip_frac, approx_kl (mean of rho - 1 -
+    log rho with the token ratio: k3 of KL(old || new) when old sampled; see ratio_metrics),
     ratio_mean/max/min (the ratio used), dropped_nonfinite (count), and with
     sampler_logp: sampler_gap_mean/max (|old - sampler|), tis_weight_mean.
     """
@@ -334,33 +338,56 @@ def entropy_bonus(entropy, mask, seg_ids=None, agg="token_mean", norm=None, num_
     return aggregate(entropy, mask, seg_ids, agg, num_segments, norm, seg_sizes)
 
 
-KL_KINDS = ("k1", "k2", "k3")
+def kl_k1(logp, ref_logp):
+    """k1 = logp - ref_logp: unbiased, can be negative; its gradient is zero in expectation (use it in the reward)."""
+    return logp - ref_logp
 
 
-def kl_penalty(logp, ref_logp, kind, log_ratio_clamp=20.0, k3_max=10.0):
-    """Per-token estimate of KL(pi || ref) from tokens sampled by pi. [N] -> [N] (any shape works).
+def kl_k2(logp, ref_logp):
+    """k2 = 0.5 (logp - ref_logp)^2: biased, >= 0; its gradient is the on-policy gradient of KL(pi || ref)."""
+    return 0.5 * (logp - ref_logp) ** 2
+
+
+def kl_k3(logp, ref_logp):
+    """k3 = exp(d) - d - 1, d = ref_logp - logp: unbiased, >= 0, exact (no clamp); gradient 1 - exp(d)."""
+    d = ref_logp - logp
+    small = d.abs() < 1e-3  # exp(d) - 1 - d cancels there: its Taylor series, exact to float64 rounding
+    ds, db = torch.where(small, d, 0.0), torch.where(small, 1.0, d)  # neither branch feeds inf to the other's grad
+    series = ds * ds * (0.5 + ds * (1.0 / 6.0 + ds * (1.0 / 24.0 + ds / 120.0)))
+    return torch.where(small, series, torch.expm1(db) - db)
+
+
+def kl_k3_clamped(logp, ref_logp, k3_max=10.0, log_ratio_clamp=20.0):
+    """min(k3, 10): bounded per token, so biased low (by E[(k3 - 10)+]) with a zero gradient where clamped."""
+    d = (ref_logp - logp).clamp(-log_ratio_clamp, log_ratio_clamp)  # no inf even in the gradient; min() decides
+    return kl_k3(-d, torch.zeros_like(d)).clamp(max=k3_max)
+
+
+KL_ESTIMATORS = Registry("KL estimator", {"k1": kl_k1, "k2": kl_k2, "k3": kl_k3, "k3_clamped": kl_k3_clamped})
+KL_KINDS = KL_ESTIMATORS  # the name config and older callers use
+
+
+def kl_penalty(logp, ref_logp, kind):
+    """Per-token estimate of KL(pi || ref) from tokens sampled by pi: the KL_ESTIMATORS entry `kind`.
+    [N] -> [N] (any shape works).
 
     With d = ref_logp - logp:
         k1 = -d = logp - ref_logp            unbiased, can be negative
         k2 = 0.5 * d^2                        biased, >= 0
-        k3 = exp(d) - d - 1                   unbiased, >= 0, low variance (Schulman)
-    k3 clamps d to +-log_ratio_clamp before exp and the result to k3_max: one
-    token the reference finds impossible must not produce inf.
+        k3 = exp(d) - d - 1                   unbiased, >= 0, low variance (Schulman); exact, no clamp
+        k3_clamped = min(k3, 10)              biased low by E[(k3 - 10)+]; gradient 0 where clamped
+    k3 is exact in the precision it is given: in float32 a token the policy finds e^88 times less likely
+    than the reference gives inf, and the step is skipped as non-finite (r1/learner.py); k3_clamped
+    trades that for its bias.
     As a loss term, differentiating the estimate at fixed samples gives:
     k2 -> the on-policy gradient of KL(pi||ref); k3 -> the gradient of
     KL(ref||pi); k1 -> zero in expectation (use k1 in the reward instead).
     """
-    if kind not in KL_KINDS:
-        raise ValueError(f"kl_penalty: kind={kind!r} not in {KL_KINDS}")
+    if kind not in KL_ESTIMATORS:
+        raise ValueError(f"kl_penalty: kind={kind!r} not in {tuple(KL_ESTIMATORS)}")
     if logp.shape != ref_logp.shape:
         raise ValueError(f"kl_penalty: logp shape {tuple(logp.shape)} != ref_logp shape {tuple(ref_logp.shape)}")
-    ref_logp = ref_logp.detach()
-    if kind == "k1":
-        return logp - ref_logp
-    if kind == "k2":
-        return 0.5 * (logp - ref_logp) ** 2
-    d = (ref_logp - logp).clamp(-log_ratio_clamp, log_ratio_clamp)
-    return (torch.exp(d) - d - 1.0).clamp(max=k3_max)
+    return KL_ESTIMATORS[kind](logp, ref_logp.detach())
 
 
 def kl_reward_penalty(rewards, logp, ref_logp, mask, coef, kind="k1"):
