@@ -25,7 +25,7 @@ from r1.config import Config
 from r1.generate import Generator, Sampling
 from r1.rollout import AgentEnvLoop
 from r1.run import build_model
-from r1.tasks.registry import make_env
+from r1.tasks.registry import get_task, make_env
 
 
 def generator_model(cfg: Config, tok, d, dtype: torch.dtype, policy=None):
@@ -53,8 +53,10 @@ class Actor:
     def __init__(self, cfg: Config, tok, model, slots: int, d):
         self.cfg, self.tok, self.model, self.d = cfg, tok, model, d
         cache_len = cfg.rollout.cache_len or cfg.env.max_context
+        stop_strings = get_task(cfg.data.task).stop_strings  # a task's own: Task(stop_strings=...)
         self.gen = Generator(model, slots, cache_len, stop_ids=tok.stop_ids, cuda_graphs=d.device.type == "cuda",
-                             share_prompt=cfg.rollout.share_prompt)
+                             share_prompt=cfg.rollout.share_prompt, stop_strings=stop_strings,
+                             decode=tok.decode if stop_strings else None)
         self.loop = AgentEnvLoop(self.gen, tok, make_env(cfg, tok), cfg.rollout.max_new_tokens,
                                  sync_every=cfg.rollout.sync_every or None)
 

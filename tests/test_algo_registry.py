@@ -349,3 +349,41 @@ def test_reward_moments_count_every_reward_seen_also_dropped_groups(tmp_path, to
     assert trainer.reward_moments.tolist() == pytest.approx(want, rel=1e-14)
     sd = statistics.stdev(every)
     assert seen_by_credit[0].tolist() == pytest.approx([r / sd for r in kept], rel=1e-12)
+
+
+# ---------------------------------------------------------------- every registry: one register(), no silent overwrite
+def registries():
+    from r1.algos.losses import KL_ESTIMATORS
+    from r1.algos.reward_norm import MODES
+    from r1.envs.context import CONTEXT_POLICIES
+    from r1.envs.rewards import REWARDS
+    from r1.envs.tools import TOOLS
+    from r1.tasks.registry import TASKS, get_task
+
+    get_task("synthetic")  # the built-in tasks register on first use
+    return {"advantage estimator": ESTIMATORS, "policy loss": POLICY_LOSSES, "KL estimator": KL_ESTIMATORS,
+            "reward normalisation": MODES, "reward term": REWARDS, "context policy": CONTEXT_POLICIES,
+            "task": TASKS, "tool": TOOLS}
+
+
+@pytest.mark.parametrize("what", list(registries()))
+def test_a_registry_refuses_a_second_entry_under_a_name_it_holds(what):
+    import copy
+
+    table = registries()[what]
+    assert table.what == what
+    name, entry = next(iter(table.items()))
+    other = copy.copy(entry) if table.kind else (lambda *a, **k: entry(*a, **k))  # an equal, other object
+    assert other is not entry
+    assert table.register(name, entry) is entry  # the same object again: no second entry
+    with pytest.raises(ValueError, match=rf"^{what} '{name}' is already registered \(pass replace=True"):
+        table.register(name, other)
+    assert table[name] is entry
+    try:
+        assert table.register(name, other, replace=True) is other and table[name] is other
+    finally:
+        table.register(name, entry, replace=True)
+    # what help texts list: a one-line description of every entry, from the entry itself
+    described = table.describe()
+    assert list(described) == list(table)
+    assert all(line and "\n" not in line for line in described.values()), described

@@ -227,3 +227,30 @@ def test_rl_phase_that_cannot_fit_is_refused_before_the_sft_phase(tmp_path, tok_
                     "rollout.slots=65536", "rollout.cache_len=16384", *TINY])
     assert e.value.code == 2
     assert "rollout.slots" in capsys.readouterr().err and not (run / "sft" / "metrics.jsonl").exists()
+
+
+def test_a_tasks_stop_strings_end_its_responses(tmp_path, tok_dir, monkeypatch):
+    """Task(stop_strings=...) reaches the generator: a response ends at the first token whose text completes
+    a stop string (finish "stop", the string kept); the built-in task declares none."""
+    (tmp_path / "stoptask.py").write_text(textwrap.dedent('''
+        import dataclasses
+        from r1.tasks.registry import get_task
+        TASK = dataclasses.replace(get_task("synthetic"), name="synthetic_stop", stop_strings=("e",))
+    '''))
+    monkeypatch.chdir(tmp_path)
+    from r1.trainer import Trainer
+
+    assert get_task("synthetic").stop_strings == ()
+    args = [f"run.dir={tmp_path / 'run'}", f"model.tokenizer={tok_dir}", *TINY, "rollout.max_new_tokens=24",
+            "data.task=stoptask:TASK", "log.tensorboard=false", "log.trajectories=false"]
+    try:
+        tr = Trainer(load_config(SMOKE, args))
+        assert tr.actor.gen.stop_strings == ["e"]
+        steps = [s for t in tr.rollout(0) for s in t.steps]
+    finally:
+        TASKS.pop("synthetic_stop", None)
+    stopped = [s for s in steps if s.finish == "stop"]
+    assert stopped, [tr.tok.decode(s.response_ids) for s in steps]
+    for s in stopped:
+        assert "e" in tr.tok.decode(s.response_ids) and "e" not in tr.tok.decode(s.response_ids[:-1])
+    assert all("e" not in tr.tok.decode(s.response_ids[:-1]) for s in steps)

@@ -13,6 +13,7 @@ from hypothesis import given, settings, strategies as st
 from r1.envs import tools
 from r1.envs.tools import (CalculatorError, Tool, ToolResult, calculate, evaluate, format_number, get_tool,
                            register_tool, validate_arguments)
+from r1.registry import Registry
 
 TABLE = [
     ("48/2", "24"),
@@ -155,15 +156,19 @@ def _schema(name, properties, required=()):
 
 
 def test_register_tool(monkeypatch):
-    monkeypatch.setattr(tools, "TOOLS", dict(tools.TOOLS))
+    monkeypatch.setattr(tools, "TOOLS", Registry("tool", dict(tools.TOOLS), kind=Tool))
     echo = Tool("echo", _schema("echo", {"text": {"type": "string"}, "times": {"type": "integer"}}, ["text"]),
                 fn=lambda text, times=1: ToolResult(text * times, ok=True))
     assert register_tool(echo) is echo
+    assert register_tool(echo) is echo  # the same tool again (a module imported twice): no second entry
     assert get_tool("echo")({"text": "ab", "times": 2}) == ToolResult("abab", ok=True)
     assert "must be an integer, got bool" in get_tool("echo")({"text": "a", "times": True}).text
-    with pytest.raises(ValueError, match="already registered"):
-        register_tool(echo)
-    register_tool(echo, replace=True)
+    other = Tool("echo", echo.schema, fn=lambda text, times=1: ToolResult(text, ok=True))
+    with pytest.raises(ValueError, match="^tool 'echo' is already registered"):
+        register_tool(other)
+    assert get_tool("echo") is echo
+    register_tool(other, replace=True)
+    assert get_tool("echo") is other
     with pytest.raises(TypeError, match="expects a Tool"):
         register_tool("echo")
     with pytest.raises(KeyError, match="calculator, echo"):

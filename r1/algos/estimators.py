@@ -8,7 +8,7 @@ name as a string anywhere else). Adding one is a function and a table line:
     def my_estimator(batch, algo):
         ...
         return advantages_per_token, None
-    ESTIMATORS["my_estimator"] = Estimator(my_estimator, keys=("gamma",))
+    ESTIMATORS.register("my_estimator", Estimator(my_estimator, keys=("gamma",)))
 
 The functions lay the flat batch out for the pure math in `advantages.py`
 and map the result back to tokens. What they do NOT do, because r1/credit.py
@@ -33,6 +33,7 @@ import torch
 from r1.algos.advantages import (discounted_returns, grpo as grpo_advantages, rloo as rloo_advantages,
                                  step_gae as step_gae_advantages, subtract_group_mean,
                                  token_gae as token_gae_advantages)
+from r1.registry import Registry
 
 
 @dataclass
@@ -155,11 +156,13 @@ def scores_by_level(batch: CreditInputs, algo):
 
 
 def grpo(batch: CreditInputs, algo):
+    """GRPO (Dr.GRPO with grpo_std_norm=false): each score minus its group's mean, over the group's std."""
     scores, group_ids, unit = scores_by_level(batch, algo)
     return grpo_advantages(scores, group_ids, std_norm=algo.grpo_std_norm)[unit], None
 
 
 def rloo(batch: CreditInputs, algo):
+    """RLOO: each score minus the mean of the other scores of its group (leave-one-out baseline)."""
     scores, group_ids, unit = scores_by_level(batch, algo)
     return rloo_advantages(scores, group_ids)[unit], None
 
@@ -177,7 +180,7 @@ def reinforce_pp_baseline(batch: CreditInputs, algo):
 
 
 GROUP_KEYS = ("reward_level", "gamma")  # gamma discounts step rewards (reward_level=step) only
-ESTIMATORS = {
+ESTIMATORS = Registry("advantage estimator", {
     "step_gae": Estimator(step_gae, needs_critic=True, target="step", keys=("gamma", "lam", "whiten")),
     "token_gae": Estimator(token_gae, needs_critic=True, target="token", token_rewards=True,
                            keys=("gamma", "lam", "whiten")),
@@ -187,6 +190,6 @@ ESTIMATORS = {
                       keys=GROUP_KEYS + ("whiten", "drop_uniform_groups")),
     "reinforce_pp": Estimator(reinforce_pp, whitens=True, keys=GROUP_KEYS),
     "reinforce_pp_baseline": Estimator(reinforce_pp_baseline, whitens=True, keys=GROUP_KEYS),
-}
+}, kind=Estimator)
 # keys of the critic: read when the estimator needs one (the config refuses them otherwise)
 CRITIC_KEYS = ("value_clip", "vf_coef", "vf_epochs", "critic_warmup")

@@ -17,6 +17,7 @@ import torch
 from r1.algos.cispo import cispo_policy_loss
 from r1.algos.decoupled_ppo import decoupled_ppo_loss
 from r1.algos.losses import ppo_policy_loss
+from r1.registry import Registry
 
 
 @dataclass
@@ -67,9 +68,9 @@ def decoupled_ppo(batch: PolicyInputs, algo, norm):
         seg_sizes=batch.seg_sizes)
 
 
-POLICY_LOSSES = {
+POLICY_LOSSES = Registry("policy loss", {
     "ppo": PolicyLoss(ppo, keys=("clip_low", "clip_high", "dual_clip", "ratio_level", "log_ratio_clamp", "tis_cap")),
     "cispo": PolicyLoss(cispo, keys=("clip_low", "clip_high", "log_ratio_clamp", "tis_cap")),
     "decoupled_ppo": PolicyLoss(decoupled_ppo, keys=("clip_low", "clip_high", "dual_clip", "log_ratio_clamp",
                                                      "tis_cap")),
-}
+}, kind=PolicyLoss)

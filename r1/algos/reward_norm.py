@@ -21,7 +21,7 @@ import math
 
 import torch
 
-MODES = ("off", "std", "mean_std")
+from r1.registry import Registry
 
 
 def reward_moments(rewards) -> torch.Tensor:
@@ -30,10 +30,29 @@ def reward_moments(rewards) -> torch.Tensor:
     return torch.stack([torch.tensor(float(r.numel()), dtype=torch.float64), r.sum(), (r * r).sum()])
 
 
+def off(r, mean: float, scale: float):
+    """The rewards as they are."""
+    return r
+
+
+def std(r, mean: float, scale: float):
+    """Divide by the running std: keeps every reward's sign and every zero."""
+    return r * scale
+
+
+def mean_std(r, mean: float, scale: float):
+    """Subtract the running mean, then divide by the running std."""
+    return (r - mean) * scale
+
+
+MODES = Registry("reward normalisation", {"off": off, "std": std, "mean_std": mean_std})
+
+
 def normalize_rewards(rewards, running, mode: str, eps: float = 1e-8):
-    """rewards [K]; running [3] moments that already include these rewards -> normalised [K] float64."""
+    """rewards [K]; running [3] moments that already include these rewards -> normalised [K] float64:
+    MODES[mode](r, mean, scale), scale = 1 / running std (1 while var <= eps)."""
     if mode not in MODES:
-        raise ValueError(f"normalize_rewards: mode={mode!r} not in {MODES}")
+        raise ValueError(f"normalize_rewards: mode={mode!r} not in {tuple(MODES)}")
     r = rewards.to(torch.float64)
     if mode == "off":
         return r
@@ -41,4 +60,4 @@ def normalize_rewards(rewards, running, mode: str, eps: float = 1e-8):
     mean = s1 / count if count > 0 else 0.0
     var = max(s2 - count * mean * mean, 0.0) / (count - 1) if count > 1 else 0.0
     scale = 1.0 / math.sqrt(var) if var > eps else 1.0
-    return (r - mean) * scale if mode == "mean_std" else r * scale
+    return MODES[mode](r, mean, scale)

@@ -16,6 +16,7 @@ base Env has no summarizer), so a YAML switch would select nothing; an env
 that writes them does so under any policy, which then handles a step the
 env declined to summarize.
 """
+from r1.registry import Registry
 
 
 def append(env):
@@ -63,4 +64,4 @@ def summary(env):
     return ids, len(ids) <= env.budget
 
 
-CONTEXT_POLICIES = {"append": append, "window": window, "truncate": truncate}
+CONTEXT_POLICIES = Registry("context policy", {"append": append, "window": window, "truncate": truncate})

@@ -22,6 +22,8 @@ through adding one. Stdlib only (config validation imports it).
 from dataclasses import dataclass
 from typing import Callable
 
+from r1.registry import Registry
+
 
 @dataclass(frozen=True)
 class Reward:
@@ -52,24 +54,15 @@ def tool_success(env, action, info) -> float:
     return float(not info["final"] and not info["errors"])
 
 
-REWARDS = {
+REWARDS = Registry("reward term", {
     "malformed": Reward(malformed, "a step with a malformed tool call or reply (use a negative weight)",
                         key="env.malformed_penalty"),
     "format": Reward(format_ok, "tool calls all well formed, or a final answer in the task's answer format",
                      key="env.format_reward"),
     "tool_success": Reward(tool_success, "a tool step whose calls all ran without error",
                            key="env.tool_success_reward"),
-}
-
-
-def register_reward(name: str, reward: Reward, replace: bool = False) -> Reward:
-    """Add a term to REWARDS (a task module registers its task-only terms on import)."""
-    if not isinstance(reward, Reward):
-        raise TypeError(f"register_reward expects an r1.envs.rewards.Reward, got {type(reward).__name__}")
-    if name in REWARDS and REWARDS[name] is not reward and not replace:
-        raise ValueError(f"a reward named {name!r} is already registered (pass replace=True)")
-    REWARDS[name] = reward
-    return reward
+}, kind=Reward)
+register_reward = REWARDS.register  # (name, reward, replace=False): a task module's task-only terms, on import
 
 
 class Rubric:

@@ -43,6 +43,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Callable
 
+from r1.registry import Registry
+
 MAX_LENGTH = 512
 MAX_NESTING = 32
 MAX_DIGITS = 1000
@@ -257,6 +259,11 @@ class Tool:
     def __post_init__(self):
         check_schema(self.schema, self.name)
 
+    @property
+    def doc(self) -> str:
+        """The schema's description: what the registry lists for this tool."""
+        return self.schema["function"].get("description", "")
+
     def __call__(self, arguments: dict) -> ToolResult:
         error = validate_arguments(self.schema["function"]["parameters"], arguments)
         if error is not None:
@@ -373,17 +380,14 @@ CALCULATOR = Tool(
     fn=calculate,
 )
 
-TOOLS: dict[str, Tool] = {CALCULATOR.name: CALCULATOR}
+TOOLS = Registry("tool", {CALCULATOR.name: CALCULATOR}, kind=Tool)
 
 
 def register_tool(tool: Tool, replace: bool = False) -> Tool:
-    """Add `tool` to TOOLS so get_tool finds it; a second tool of the same name needs replace=True."""
+    """TOOLS.register under tool.name, so get_tool finds it; a second tool of the same name needs replace=True."""
     if not isinstance(tool, Tool):
         raise TypeError(f"register_tool expects a Tool, got {type(tool).__name__}")
-    if tool.name in TOOLS and not replace:
-        raise ValueError(f"a tool named {tool.name!r} is already registered (pass replace=True)")
-    TOOLS[tool.name] = tool
-    return tool
+    return TOOLS.register(tool.name, tool, replace)
 
 
 def get_tool(name: str) -> Tool:

@@ -8,6 +8,8 @@ both. Stdlib only.
 from dataclasses import dataclass
 from typing import Callable
 
+from r1.registry import Registry
+
 
 @dataclass(frozen=True)
 class Task:
@@ -21,16 +23,14 @@ class Task:
     doc: str = ""
     rewards: tuple = ()  # task-only reward terms of r1.envs.rewards.REWARDS its env pays (cli: "command")
     difficulty: Callable | None = None  # (row) -> int, for data.rl_max_difficulty; None: the task has no measure
+    stop_strings: tuple = ()  # text that ends a response (kept in it), besides the tokenizer's stop ids
 
 
-TASKS: dict[str, Task] = {}
+TASKS = Registry("task", kind=Task)
 
 
 def register_task(task: Task, replace: bool = False) -> Task:
-    """Add a task under task.name; registering a taken name again is an error unless replace=True."""
+    """TASKS.register under task.name; registering a taken name again is an error unless replace=True."""
     if not isinstance(task, Task):
         raise TypeError(f"register_task expects an r1.tasks.registry.Task, got {type(task).__name__}")
-    if task.name in TASKS and TASKS[task.name] is not task and not replace:
-        raise ValueError(f"task {task.name!r} is already registered (pass replace=True to replace it)")
-    TASKS[task.name] = task
-    return task
+    return TASKS.register(task.name, task, replace)
