@@ -1,22 +1,18 @@
 """The learner: the models being trained and what is done to them: score, update, export.
 
 It owns the policy (and the critic, the reference), their AdamW optimizers
-and learning-rate schedules, and the two things an iteration does with
-them: step 2, scoring (one packed forward per model, no gradient), and
-step 4, the update (`ppo_epochs` policy and `vf_epochs` critic passes over
-`minibatches` optimizer steps), then the HF export at the end of a run.
-The loop (r1/trainer.py) decides when; credit (r1/credit.py) decides
-toward what.
+and learning-rate schedules (each as long as its own optimizer's steps), and
+the two things an iteration does with them: step 2, scoring (one packed
+forward per model, no gradient), and step 4, the update (`ppo_epochs` policy
+and `vf_epochs` critic passes of `minibatches` optimizer steps), then the HF
+export. The loop (r1/trainer.py) decides when; r1/credit.py toward what.
 
-Each optimizer step is a sum of packed micro-batches (gradient
-accumulation) normalised by counts taken over the whole mini-batch on
-every rank, so the update does not depend on how tokens are split; the
-policy loss is the r1/algos/policy_losses.POLICY_LOSSES entry; a
-non-finite loss or gradient on any rank skips the step on every rank.
-With model.lora_rank > 0 (r1/lora.py) the optimizers hold the adapters and
-the value head only, and the reference is the policy with adapters off.
-With train.precision=bf16 a bf16 copy of each model (r1/precision.py) runs
-its forwards and backwards, and the optimizers step the float32 masters.
+An optimizer step sums packed micro-batches normalised by counts over the
+whole mini-batch on every rank, so the update does not depend on how tokens
+are split; a non-finite loss or gradient on any rank skips the step on every
+rank. LoRA (r1/lora.py): the optimizers hold adapters and value head only,
+the reference is the policy with adapters off. train.precision=bf16: a bf16
+copy computes, the optimizers step the float32 masters (r1/precision.py).
 """
 from __future__ import annotations
 

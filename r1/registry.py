@@ -8,6 +8,7 @@ one-line description, which help texts and errors list instead of names
 written out by hand. Stdlib only: config validation imports every registry
 before torch.
 """
+import inspect
 
 
 class Registry(dict):
@@ -36,6 +37,7 @@ class Registry(dict):
         """{name: one-line description}: an entry's `doc`, else the first line of its function's docstring."""
         out = {}
         for name, obj in self.items():
-            doc = getattr(obj, "doc", None) or getattr(getattr(obj, "fn", obj), "__doc__", None) or ""
+            fn = getattr(obj, "fn", obj)
+            doc = getattr(obj, "doc", None) or (fn.__doc__ if inspect.isroutine(fn) else None) or ""
             out[name] = doc.strip().splitlines()[0].strip() if doc.strip() else ""
         return out

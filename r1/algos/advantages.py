@@ -1,25 +1,17 @@
-"""Advantage estimators: step-level and token-level GAE, GRPO, RLOO, REINFORCE++.
+"""Advantage estimators as pure tensor functions: step- and token-level GAE, GRPO, RLOO, REINFORCE++.
 
-Every function here is a pure tensor function: tensors in, tensors out, no
-module state, no config objects. The trainer picks one with `algo.advantage`
-(see docs/algorithms.md) and the tests compare each against a plain float64
-Python loop.
-
-Two layouts meet here:
-  * padded `[B, S]` (B trajectories, S = most steps) with `step_mask`, or
-    `[B, T]` tokens with a token mask, for the GAE family;
-  * flat `[N]` scores with `group_ids` for the group baselines. These do not
-    know whether a score belongs to a trajectory (outcome reward) or to a
-    step: the caller chooses the level by what it passes in, and the helpers
-    `flatten_steps` / `unflatten_steps` / `broadcast_to_steps` move between
-    the two layouts.
+Tensors in, tensors out: no module state, no config (r1/algos/estimators.py
+maps `algo.advantage` to them; docs/algorithms.md has the formulas; tests
+compare each with a float64 loop). Two layouts: padded `[B, S]` steps or
+`[B, T]` tokens with a mask for the GAE family, and flat `[N]` scores with
+`group_ids` for the group baselines, which do not know whether a score is a
+trajectory's or a step's (`flatten_steps` / `unflatten_steps` /
+`broadcast_to_steps` move between them).
 
 GAE skips masked positions instead of treating them as zero-reward
-transitions: a padded step or a tool-output token is not an action, so the
-"next value" of a real position is the value of the next real position in the
-row. Both GAEs share that one recursion (`_masked_gae`), which first moves the
-real positions of each row to the left so the Python loop runs over the most
-real positions in a row, not over the padded width.
+transitions (a padded step or a tool-output token is not an action): both
+GAEs share one recursion, `_masked_gae`, which packs each row's real
+positions to the left so its loop runs over real positions only.
 """
 
 import math

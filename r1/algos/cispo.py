@@ -7,15 +7,12 @@ gradient:
 
     rho_i = exp(clamp(logp_i - old_i, +-log_ratio_clamp))
     w_i   = sg[clamp(rho_i, 1 - clip_low, 1 + clip_high)]       (clip_low = 1: no lower bound)
-    l_i   = -w_i * A_i * exp(logp_i - sg[logp_i])                (value -w_i A_i, d l_i / d logp_i = -w_i A_i)
+    l_i   = -w_i * A_i * exp(logp_i - sg[logp_i])                (value -w_i A_i, gradient -w_i A_i d log pi)
     truncated IS:  l_i *= sg[min(exp(old_i - sampler_i), tis_cap)]
-    loss  = aggregate(l, valid, seg_ids, agg, norm, seg_sizes)
 
-The paper writes sg[w] A log pi; the exp form has the same gradient and a
-value that reads as the weighted advantage. Tokens with a non-finite old or
-sampler logprob are dropped and counted, as in `ppo_policy_loss`; the input
-checks, the sampler gap, truncated IS and the ratio statistics are the same
-functions PPO uses (r1/algos/losses.py), so the two cannot drift apart.
+The input checks, dropped tokens, sampler gap, truncated IS and ratio
+statistics are PPO's own functions (r1/algos/losses.py), so the two cannot
+drift apart.
 """
 import torch
 

@@ -1,27 +1,18 @@
-"""Decoupled PPO (Hilton et al. 2021, "Batch size-invariance for policy optimization"; AReaL's loss for
-asynchronous RL): the policy that bounds the step is not the policy that sampled.
+"""Decoupled PPO (Hilton et al. 2021; AReaL's loss for asynchronous RL): the policy that bounds the step
+is not the policy that sampled.
 
-With one-step off-policy rollouts (train.overlap: 1) three policies meet in a loss:
-the behaviour policy that sampled the tokens (its logprobs recorded by the
-generator: `sampler_logp`), the proximal policy the update starts from (the
-learner's weights before this update, scored in step 2: `old_logp`), and the
-policy being trained (`logp`). PPO's clip keeps the update near the proximal
-policy; an importance weight prox/behaviour corrects for who sampled:
+Three policies meet (train.overlap: 1, rollout.carry_tokens): the behaviour
+policy that sampled (`sampler_logp`), the proximal one the update starts from
+(`old_logp`, scored in step 2), and the trained one (`logp`). PPO's clip
+bounds the step from the proximal policy; a weight prox/behaviour corrects
+for who sampled:
 
-    w_i   = sg[min(exp(old_i - sampler_i), tis_cap)]          when tis_cap > 0 (PPO's truncated IS)
-    w_i   = sg[exp(min(old_i - sampler_i, log_ratio_clamp))]   when tis_cap = 0 (uncapped; overflow bounded)
-    rho_i = exp(clamp(logp_i - old_i, +-log_ratio_clamp))
-    l_i   = w_i * max(-A_i rho_i, -A_i clip(rho_i, 1 - clip_low, 1 + clip_high))
-    dual clip (A_i < 0): min(., -A_i dual_clip) before the weight
-    loss  = aggregate(l, valid, seg_ids, agg, norm, seg_sizes)
+    w_i   = sg[min(exp(old_i - sampler_i), tis_cap)]          tis_cap > 0: PPO's truncated IS, bit for bit
+    w_i   = sg[exp(min(old_i - sampler_i, log_ratio_clamp))]   tis_cap = 0: uncapped, overflow bounded
+    l_i   = w_i * PPO's clipped (and dual-clipped) surrogate of rho_i = exp(clamp(logp_i - old_i))
 
-With tis_cap > 0 this is exactly `ppo_policy_loss` with the same tis_cap (a
-test holds them equal): truncated IS against the sampler IS the decoupled
-weight. What the entry adds is that the weight is the point, not an option:
-the sampler's logprobs are required, tis_cap = 0 means an uncapped weight
-(PPO's tis_cap = 0 means no weight), and it logs how far the behaviour
-policy was (behav_kl, behav_capped_frac). The clip, ratio and drop rules are
-PPO's own functions (r1/algos/losses.py), so the two cannot drift apart.
+The entry makes the weight mandatory and logs behav_kl and behav_capped_frac;
+the clip, ratio and drop rules are PPO's own functions (r1/algos/losses.py).
 """
 import torch
 

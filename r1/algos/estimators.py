@@ -1,29 +1,17 @@
-"""The table of advantage estimators: a name -> how one rank's scored steps become per-token advantages.
+"""The registry of advantage estimators: `algo.advantage` -> how one rank's scored steps become advantages.
 
-An estimator is a function `fn(batch: CreditInputs, algo) -> (advantages [M],
-value_target)` plus the flags the trainer and the config read from its entry
-in `ESTIMATORS` (`algo.advantage` is a key of that table; nothing compares the
-name as a string anywhere else). Adding one is a function and a table line:
+An entry is `fn(batch: CreditInputs, algo) -> (advantages [M], value_target)`
+plus the flags the trainer and the config read (`Estimator`); nothing
+compares an estimator's name as a string elsewhere. Adding one is a function
+and `ESTIMATORS.register(name, Estimator(fn, keys=(...)))` (docs/algorithms.md).
 
-    def my_estimator(batch, algo):
-        ...
-        return advantages_per_token, None
-    ESTIMATORS.register("my_estimator", Estimator(my_estimator, keys=("gamma",)))
-
-The functions lay the flat batch out for the pure math in `advantages.py`
-and map the result back to tokens. What they do NOT do, because r1/credit.py
-does it once for all of them: the KL penalty in the reward (already in
-`step_reward`, or in `tok_reward` for an estimator with `token_rewards`),
-whitening over the global batch (`whitens`, or `algo.whiten`), `adv_clip`,
-and the empty batch (a rank with no steps never calls `fn`).
-
-Step-level rewards (`algo.reward_level=step`, group estimators): a step's
-score is its discounted return-to-go within its episode,
-G_t = r_t + gamma * G_{t+1}, so an early step is credited with what came
-after it; the group baseline compares G_t with the same step index t of the
-other episodes of the prompt (the steps taken from the same depth). A step
-index that only one episode of its group reached has no baseline and gets 0
-from GRPO and RLOO.
+The functions lay the flat batch out for the math of `advantages.py` and map
+the result back to tokens. r1/credit.py does the rest once for all of them:
+the KL penalty in the reward, whitening over the global batch (`whitens` or
+`algo.whiten`), `adv_clip`, and the empty rank (which never calls `fn`).
+With `algo.reward_level=step` a step's score is its discounted return-to-go,
+compared with the same step index of its group's other episodes (a step
+index only one episode reached has no baseline: GRPO and RLOO give it 0).
 """
 from dataclasses import dataclass
 from typing import Callable

@@ -1,27 +1,18 @@
-"""Policy, value, entropy and KL losses on a flat token layout, plus their aggregation.
+"""Policy, value, entropy and KL losses on a flat token layout, their aggregation, and the KL estimators.
 
-Every tensor is flat `[N]`: all tokens of a micro-batch packed with no
-padding. `mask [N]` is 1 on sampled tokens that are trained on; `seg_ids [N]`
-(long, 0..M-1) says which segment each token belongs to, for sequence- or
-step-level aggregation and for the GSPO sequence ratio. A segment is whatever
-the caller numbers: a trajectory (all sampled tokens of one episode) for the
-`seq_*` modes, a step (one response) for `step_mean`. The GSPO ratio has its
-own segments (`ratio_seg_ids`, a step for `ratio_level="step"`), because the
-ratio's segment and the aggregation's are different things: a step-level
-ratio with a per-trajectory mean needs both.
+Every tensor is flat `[N]`: a micro-batch's tokens packed without padding;
+`mask` marks the trained tokens, `seg_ids` the segment of each (a trajectory
+for the `seq_*` modes, a step for `step_mean`); the GSPO ratio has its own
+segments (`ratio_seg_ids`). A segment may span micro-batches: `seg_sizes`
+then carries its token count over the whole batch.
 
-A segment may span micro-batches (a trajectory whose steps are packed
-separately). `seg_sizes` then carries each segment's token count over the
-whole batch, so a per-segment mean is not replaced by a sum of partial means.
-
-Each loss computes a per-token loss and hands it to `aggregate`, the one place
-that decides normalisation. `norm` overrides the denominator so the trainer can
-divide by a count taken over the whole global batch (all micro-batches and
-ranks) and get the same gradient however the batch is split.
-
-Losses are pure tensor functions. Metrics come back as 0-d detached tensors so
-the trainer can gather them without a host sync per micro-batch. Inputs that
-are not differentiated (old logprobs, advantages, returns) are detached here.
+Each loss hands a per-token loss to `aggregate`, the one place that
+normalises; `norm` lets the trainer divide by a count over the global batch,
+so the gradient does not depend on how the batch is split. Pure tensor
+functions: metrics come back as 0-d detached tensors (no host sync per
+micro-batch), inputs not differentiated are detached here. `KL_ESTIMATORS`
+is the registry of `algo.kl_estimator`; docs/algorithms.md says what each
+piece computes exactly and what it clamps.
 """
 
 import math

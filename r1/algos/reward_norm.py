@@ -1,21 +1,16 @@
 """Reward normalisation with running moments (algo.normalize_reward): a stability aid for rewards of
 arbitrary scale (a 0-100 score, a reward model's logits).
 
-The running statistics are plain sums, (count, sum, sum of squares) in float64,
-of every step reward seen so far on all ranks: this iteration's global sums
-are added before normalising, so the first iteration uses its own batch, and
-the result does not depend on the number of ranks or on how they split it.
-Sums, not an exponential average: every reward seen counts the same, and
-the state is three numbers that a checkpoint keeps exactly.
+The running statistics are plain float64 sums (count, sum, sum of squares)
+of every step reward seen on all ranks, this iteration's included, so the
+result does not depend on how ranks split the batch, and a checkpoint keeps
+the state exactly (three numbers; not an exponential average).
 
     mean = S1 / W,  var = (S2 - W mean^2) / (W - 1)   (0 if W <= 1)
-    std:       r' = r / sqrt(var)
-    mean_std:  r' = (r - mean) / sqrt(var)
-    (no scaling while var <= eps: a constant reward must not be blown up by 1/sqrt(eps))
+    MODES: off, std: r / sqrt(var), mean_std: (r - mean) / sqrt(var)   (no scaling while var <= eps)
 
-`std` keeps the sign and the zero of every reward (the usual PPO reward
-scaling; right for multi-step episodes whose intermediate steps earn 0);
-`mean_std` also centres, which shifts every step, also the zero-reward ones.
+`std` keeps every reward's sign and zero (multi-step episodes whose
+intermediate steps earn 0); `mean_std` shifts every step.
 """
 import math
 

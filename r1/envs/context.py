@@ -1,20 +1,15 @@
-"""The context policies: what an episode does when its next prompt does not fit.
+"""The context policies (the `CONTEXT_POLICIES` registry): what an episode does when its next prompt
+does not fit.
 
-`env.context_policy` is a key of `CONTEXT_POLICIES`. `Env.next_prompt`
-appends the step (response + observation, as token ids) and, only when the
-result is over the budget (`max_context - max_new_tokens`), first asks the
-env for a summary (`Env.summarize`, a hook an env overrides; `summary`
-below), and without one calls the policy: `policy(env) -> next prompt ids, or None to end the episode with
-reason "context_budget"`. A policy reads and may rewrite `env.chunks` (the
-first prompt, then each step's response + observation ids) and reads
-`env.budget`; it never re-encodes text, so the ids it keeps are the ones the
-model saw. The config reads this table live: a policy added here is a valid
-`env.context_policy`. docs/tasks.md walks through adding one.
-
-Summaries are a hook, not a policy name: writing one is task-specific (the
-base Env has no summarizer), so a YAML switch would select nothing; an env
-that writes them does so under any policy, which then handles a step the
-env declined to summarize.
+`Env.next_prompt` appends the step (response + observation, as ids) and, only
+when the result is over the budget (`max_context - max_new_tokens`), asks the
+env for a summary (`Env.summarize`, a hook; `summary` below), and without one
+calls `policy(env) -> next prompt ids, or None` (the episode ends:
+"context_budget"). A policy reads and may rewrite `env.chunks` (the first
+prompt, then each step's response + observation ids) and never re-encodes
+text, so the ids it keeps are the ones the model saw. Summaries are a hook,
+not a policy name: writing one is task-specific, so a YAML switch would
+select nothing. docs/tasks.md walks through adding a policy.
 """
 from r1.registry import Registry
 

@@ -1,23 +1,16 @@
-"""The reward terms: name -> a function of one step, weighted by the config.
+"""The reward terms (the `REWARDS` registry): name -> a function of one step, weighted by the config.
 
 A step's reward is the task's score of a final answer (0 on a tool step)
-plus the rubric: each term's weight times `fn(env, action, info)`, where
-`env` is the environment after the step (its `sample`, its tools' state),
-`action` what the model sampled and `info` the step's record (`final`,
-`errors`, `tool_calls`, and on a final answer `score`). So a reward that
+plus the rubric: each term's weight times `fn(env, action, info)` (the env
+after the step, what the model sampled, the step's record), so a reward that
 needs more than the text and the gold answer is a term here, not a subclass
-of `ToolEnv.step`.
-
-Weights come from the config: the four shaping keys keep their names
-(`env.malformed_penalty` -> malformed, `env.format_reward` -> format,
-`env.tool_success_reward` -> tool_success, `env.command_reward` -> command),
-and `env.rewards` is a mapping of any other term to its weight. Terms are
-summed in that order, one after another from 0.0, so the total is the same
-float as before the rubric existed; a weight of 0 skips its term (not even
-called). A term that only some envs can pay (`general=False`) is accepted
-only for a task that lists it in `Task.rewards`. The config reads this table
-live: a term added here is a valid `env.rewards` name. docs/tasks.md walks
-through adding one. Stdlib only (config validation imports it).
+of `ToolEnv.step`. Weights: the four shaping keys (`env.malformed_penalty`,
+`env.format_reward`, `env.tool_success_reward`, `env.command_reward`), then
+`env.rewards` for any other term; summed in that order from 0.0, a weight of
+0 skipping its term. A term only some envs can pay (`general=False`) is
+accepted only for a task listing it in `Task.rewards`. The config reads the
+registry live; docs/tasks.md walks through adding a term. Stdlib only
+(config validation imports it).
 """
 from dataclasses import dataclass
 from typing import Callable

@@ -1,36 +1,18 @@
 """ToolEnv: a task solved with tool calls over several MDP steps.
 
 The model writes Hermes/Qwen-style calls, `<tool_call>{"name": ..., "arguments":
-{...}}</tool_call>`, several per turn if it likes. Each step runs the calls and
-returns their results as `tool` messages (the chat template renders them in its
-tool-response form). A turn without any call is the final answer and is scored
-by the task. A malformed call (bad JSON, unknown tool, wrong argument types,
-unclosed tag, too many calls) or a malformed reply (empty, or holding a
-special token such as `<|im_start|>` before its end) becomes an error result
-the model can read, an optional penalty, and an entry in the step's info; it
-never raises. Observation text never carries special-token text: a tool
-result or an error that quotes the model is defanged (`< |im_end|>`), so an
-echoed name cannot forge a turn boundary when the template encodes it.
+{...}}</tool_call>`, several per turn if it likes; each step runs them and
+returns their results as `tool` messages. A turn without a call is the final
+answer, scored by the task. A malformed call or reply becomes an error result
+the model can read, an optional penalty and an entry in the step's info; it
+never raises. Observation text never carries special-token text (a quoted
+`<|im_end|>` is defanged), and its size is bounded (`ToolEnv`). With
+`tools=()` and `max_steps=1` the same class is the single-step task.
 
-Sizes. An error observation is at most MAX_ERROR_CHARS whatever the call's
-size (it quotes at most a prefix of a name or a parser message). A tool
-result is cut to RESULT_CHARS_PER_TOKEN * max_context characters, keeping
-its head and its tail around a marker, before the template tokenises it: a
-tool returning megabytes costs a bounded encode, not one of megabytes that
-the context budget then throws away. Text this long cannot fit the context
-anyway: it would need more than 16 characters a token on average, where
-prose and code take about 3.5 (SmolLM2's tokenizer on r1's own source) and
-only long runs of one character (81 spaces or '#' at most in SmolLM2's
-vocabulary) take more.
-
-With `tools=()` and `max_steps=1` the same class is the single-step task.
-
-Rewards: the task's score of the final answer (also kept in the step's info
-as `score`, and `correct` = score > 0, so accuracy never counts a shaping
-bonus), plus the rubric of r1/envs/rewards.py: weighted shaping terms, each
-off by default (start from the plain task reward). The built-in ones pay at
-most once a step, so an episode's shaping is bounded by max_steps times the
-largest weight; see docs/tasks.md for how each can be gamed.
+Rewards: the task's score of the final answer (kept in info as `score`;
+`correct` = score > 0, so accuracy never counts a bonus) plus the rubric of
+r1/envs/rewards.py, each term off by default and paid at most once a step
+(docs/tasks.md says how each can be gamed).
 """
 import json
 
@@ -108,6 +90,20 @@ def parse_tool_calls(text: str, max_calls: int = 8):
 
 
 class ToolEnv(Env):
+    """Tool calls over several MDP steps (module docstring).
+
+    Sizes. An error observation is at most MAX_ERROR_CHARS whatever the call's
+    size (it quotes at most a prefix of a name or a parser message). A tool
+    result is cut to RESULT_CHARS_PER_TOKEN * max_context characters, keeping
+    its head and its tail around a marker, before the template tokenises it: a
+    tool returning megabytes costs a bounded encode, not one of megabytes that
+    the context budget then throws away. Text this long cannot fit the context
+    anyway: it would need more than 16 characters a token on average, where
+    prose and code take about 3.5 (SmolLM2's tokenizer on r1's own source) and
+    only long runs of one character (81 spaces or '#' at most in SmolLM2's
+    vocabulary) take more.
+    """
+
     def __init__(self, tokenizer, make_prompt, score, tools=("calculator",), max_steps: int = 4,
                  malformed_penalty: float = 0.0, max_calls: int = 8, format_reward: float = 0.0,
                  tool_success_reward: float = 0.0, answer_format=None, rewards: dict | None = None, **context):

@@ -1,4 +1,4 @@
-"""Tools an agent can call, and the calculator, the one tool the tasks need.
+"""Tools an agent can call (the `TOOLS` registry), and the calculator, the one tool the tasks need.
 
 A tool is a name, an OpenAI function schema and a function of keyword
 arguments returning `ToolResult(text, ok)`. `Tool.__call__` checks the
@@ -7,32 +7,10 @@ because a tool call is model output: one malformed call from one rollout must
 become an observation the model can learn from, never an exception that stops
 a batch of rollouts.
 
-The calculator evaluates arithmetic without eval/exec/compile: the text is
-parsed with `ast.parse(mode="eval")` (parsing runs no code), every node must be
-on a small whitelist, and the tree is walked by our own iterative evaluator.
-Everything that could cost time or memory is bounded before it is paid for:
-
-    input      <= 512 ASCII characters, checked before anything else
-    nesting    <= 32 brackets deep, counted before ast.parse (which itself can
-                  die with RecursionError/MemoryError on very deep input)
-    integers   < 10**1000 in magnitude, literals and every intermediate; a
-                  product or a power is refused from its size estimate before
-                  it is computed
-    exponents  |exponent| <= 10_000
-    floats     must stay finite and real (1e308*10, 1e999, (-8)**0.5 are errors)
-    literals   decimal only (no 0x/0o/0b)
-    time       500 ms wall clock, checked between node evaluations
-
-The bounds above keep every single operation in microseconds, so the time
-limit is a last line of defence, not the thing that stops hostile input; it is
-generous because a preempted process on a busy host must not turn a valid
-expression into an error (a reward that depends on machine load).
-
-Semantics are Python's (// floors, % takes the sign of the divisor), with one
-change: int / int that divides evenly stays an int, so 48/2 prints "24" and
-10**30/10 stays exact. Floats print with 12 significant digits and no trailing
-zeros (1/3 -> "0.333333333333"); a float that rounds to a whole number prints
-as one (0.2*50 -> "10"); magnitudes >= 1e16 or < 1e-6 use exponent notation.
+The calculator evaluates arithmetic without eval/exec/compile: `ast.parse`
+(which runs no code), a whitelist of nodes, an iterative evaluator of our
+own, and every cost (input size, nesting, integer size, exponents, time)
+bounded before it is paid; `evaluate` lists the bounds and the semantics.
 """
 
 import ast
@@ -65,7 +43,35 @@ class CalculatorError(ValueError):
 
 
 def evaluate(expression: str) -> int | float:
-    """Value of an arithmetic expression; raises CalculatorError for anything else."""
+    """Value of an arithmetic expression; raises CalculatorError for anything else.
+
+    The calculator evaluates arithmetic without eval/exec/compile: the text is
+    parsed with `ast.parse(mode="eval")` (parsing runs no code), every node must be
+    on a small whitelist, and the tree is walked by our own iterative evaluator.
+    Everything that could cost time or memory is bounded before it is paid for:
+
+        input      <= 512 ASCII characters, checked before anything else
+        nesting    <= 32 brackets deep, counted before ast.parse (which itself can
+                      die with RecursionError/MemoryError on very deep input)
+        integers   < 10**1000 in magnitude, literals and every intermediate; a
+                      product or a power is refused from its size estimate before
+                      it is computed
+        exponents  |exponent| <= 10_000
+        floats     must stay finite and real (1e308*10, 1e999, (-8)**0.5 are errors)
+        literals   decimal only (no 0x/0o/0b)
+        time       500 ms wall clock, checked between node evaluations
+
+    The bounds above keep every single operation in microseconds, so the time
+    limit is a last line of defence, not the thing that stops hostile input; it is
+    generous because a preempted process on a busy host must not turn a valid
+    expression into an error (a reward that depends on machine load).
+
+    Semantics are Python's (// floors, % takes the sign of the divisor), with one
+    change: int / int that divides evenly stays an int, so 48/2 prints "24" and
+    10**30/10 stays exact. Floats print with 12 significant digits and no trailing
+    zeros (1/3 -> "0.333333333333"); a float that rounds to a whole number prints
+    as one (0.2*50 -> "10"); magnitudes >= 1e16 or < 1e-6 use exponent notation.
+    """
     if not isinstance(expression, str):
         raise CalculatorError(f"expression must be a string, got {type(expression).__name__}")
     # Length first: every later check is linear in it, ast.parse is worse.

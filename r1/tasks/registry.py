@@ -1,34 +1,14 @@
-"""The task registry: one place that defines a task, built-in or a user's.
+"""The task registry: looking a task up by name or `package.module:attr`, its tools, its env factory.
 
-A `Task` holds everything `train.py` (RL and SFT) and `eval.py` need:
-
-- `rows(cfg, split)`: the task's rows (dicts with at least "id" and what its
-  env reads; "answer" is handed to the reward);
-- `env(cfg, tokenizer, tools)`: one new environment (an `r1.envs.base.Env`),
-  called once per episode slot; `tools` is the resolved `env.tools`;
-- `tools`: the tools its env offers when `env.tools` is left unset; a task
-  with no tools is refused if the config gives it some, and a task with
-  tools is refused if the config takes them all away (a silent run without
-  the calculator trained nothing, once);
-- `expert(row, tools)`: optional, an expert chat (messages) for the SFT
-  warm-up; `tools` is the list of tool schemas, or None;
-- `needs_path`: whether `data.path` must be set (a task whose data is
-  generated or shipped leaves it False);
-- `max_level`: the largest `data.level` it knows (None: no levels);
-- `difficulty(row)`: optional, an integer a row's difficulty (GSM8K: the
-  calculations its reference solution marks), which `data.rl_max_difficulty`
-  reads to leave the hardest rows out of RL's prompts;
-- `rewards`: the task-only reward terms its env pays (r1/envs/rewards.py;
-  the cli task's `command`); config validation reads it, so a term set for
-  a task that would ignore it is an error, without config.py importing the
-  task.
-
-`data.task` names a registered task or `package.module:attr` (attr is a
-Task); the module is imported when the config is validated, so the tasks
-and tools it registers on import count. The built-in tasks register
-themselves in `r1/tasks/builtin.py`, the same way a user's module would
-(the `Task` record and the table live in `task.py`, re-exported here).
-This file imports nothing heavy: config validation uses it before torch.
+A `Task` (r1/tasks/task.py, re-exported here with `TASKS` and `register_task`)
+holds everything `train.py` (RL and SFT) and `eval.py` need: its rows, its
+env, its default tools, an optional SFT expert, levels, difficulty, task-only
+reward terms and stop strings. `data.task` names a registered task or
+`package.module:attr` (attr a Task); the module is imported when the config is
+validated, so the tasks and tools it registers on import count. The built-in
+tasks register themselves in `r1/tasks/builtin.py`, the same way a user's
+module would. This file imports nothing heavy: config validation uses it
+before torch. docs/tasks.md walks through writing a task.
 """
 import difflib
 

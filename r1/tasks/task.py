@@ -13,6 +13,32 @@ from r1.registry import Registry
 
 @dataclass(frozen=True)
 class Task:
+    """A task, as `register_task` takes it:
+
+    - `rows(cfg, split)`: the task's rows (dicts with at least "id" and what its
+      env reads; "answer" is handed to the reward);
+    - `env(cfg, tokenizer, tools)`: one new environment (an `r1.envs.base.Env`),
+      called once per episode slot; `tools` is the resolved `env.tools`;
+    - `tools`: the tools its env offers when `env.tools` is left unset; a task
+      with no tools is refused if the config gives it some, and a task with
+      tools is refused if the config takes them all away (a silent run without
+      the calculator trained nothing, once);
+    - `expert(row, tools)`: optional, an expert chat (messages) for the SFT
+      warm-up; `tools` is the list of tool schemas, or None;
+    - `needs_path`: whether `data.path` must be set (a task whose data is
+      generated or shipped leaves it False);
+    - `max_level`: the largest `data.level` it knows (None: no levels);
+    - `difficulty(row)`: optional, an integer a row's difficulty (GSM8K: the
+      calculations its reference solution marks), which `data.rl_max_difficulty`
+      reads to leave the hardest rows out of RL's prompts;
+    - `rewards`: the task-only reward terms its env pays (r1/envs/rewards.py;
+      the cli task's `command`); config validation reads it, so a term set for
+      a task that would ignore it is an error, without config.py importing the
+      task.
+    - `stop_strings`: text that ends a response (kept in it) besides the
+      tokenizer's stop ids; the generator (r1/actor.py) stops on it.
+    """
+
     name: str
     rows: Callable  # (cfg, split: str) -> list[dict]
     env: Callable  # (cfg, tokenizer, tools: tuple[str, ...]) -> Env
