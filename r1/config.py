@@ -384,7 +384,7 @@ class Train:
     score_policy: str = "auto"
     """RL: auto = scoring skips the policy's forward when the update's own gives the same old logprobs (one
     epoch of one mini-batch, algo.ppo_epochs=1 and algo.minibatches=1, no reference model, no model.lora_dropout,
-    the policy trained this iteration): the update's forward runs on the weights scoring would, so the ratio is exactly 1 and the
+    the policy trained this iteration): the update's forward runs on the weights scoring would (ratio exactly 1); the
     sampler-trainer gap is logged from it (r1/learner.py). always = score it anyway (the reference path).
     sampler = never score it (but during algo.critic_warmup): the sampler's recorded logprobs are the old ones, so
     the ratio is taken against the policy that sampled (PPO's own definition; the sampler-trainer gap and, under

@@ -2,11 +2,10 @@
 
 A registry is a dict, so lookups, `in` and listing stay plain; what it adds
 is `register(name, obj, replace=False)`, the one way to add an entry, which
-refuses a name it already holds unless told to replace it (a silent overwrite
-once swapped a built-in term for a user's), and `describe()`, each name's
-one-line description, which help texts and errors list instead of names
-written out by hand. Stdlib only: config validation imports every registry
-before torch.
+refuses a name it already holds unless told to replace it (`table[name] = obj`
+goes through it too), and `describe()`, each name's one-line description,
+which help texts and errors list instead of names written out by hand.
+Stdlib only: config validation imports every registry before torch.
 """
 import inspect
 
@@ -30,8 +29,12 @@ class Registry(dict):
                             f"got {type(obj).__name__}")
         if name in self and self[name] is not obj and not replace:
             raise ValueError(f"{self.what} {name!r} is already registered (pass replace=True to replace it)")
-        self[name] = obj
+        super().__setitem__(name, obj)
         return obj
+
+    def __setitem__(self, name, obj):
+        """`table[name] = obj` is `register(name, obj)`: it cannot overwrite an entry silently either."""
+        self.register(name, obj)
 
     def describe(self) -> dict:
         """{name: one-line description}: an entry's `doc`, else the first line of its function's docstring."""

@@ -387,3 +387,13 @@ def test_a_registry_refuses_a_second_entry_under_a_name_it_holds(what):
     described = table.describe()
     assert list(described) == list(table)
     assert all(line and "\n" not in line for line in described.values()), described
+
+
+def test_item_assignment_cannot_overwrite_silently_either():
+    from r1.envs.rewards import REWARDS, Reward
+
+    fmt = REWARDS["format"]
+    with pytest.raises(ValueError, match="^reward term 'format' is already registered"):
+        REWARDS["format"] = Reward(lambda env, action, info: 1.0, "always 1")
+    assert REWARDS["format"] is fmt
+    REWARDS["format"] = fmt  # the same entry: nothing changes

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from r1.algos.policy_losses import POLICY_LOSSES, PolicyLoss
-from r1 import chunk_graphs
+from r1 import chunk_graphs, learner as learner_module
 from r1.chunk_graphs import CaptureDeferred, capture, deferred, hold_captures, release_captures
 from r1.config import ConfigError, load_config
 from r1.generate import Sampling
@@ -62,7 +62,8 @@ def test_overlap_rollouts_are_the_synchronous_ones_one_update_back(tmp_path, mon
 
     monkeypatch.setattr(trainer, "iteration", recording_iteration)
     monkeypatch.setattr(trainer, "save_trajectories", recording_save)
-    monkeypatch.setitem(POLICY_LOSSES, "decoupled_ppo", PolicyLoss(recording_loss, loss.keys))
+    monkeypatch.setattr(learner_module, "POLICY_LOSSES", {**POLICY_LOSSES,  # what the update looks its loss up in
+                                                          "decoupled_ppo": PolicyLoss(recording_loss, loss.keys)})
     lines = []
     monkeypatch.setattr(trainer.logger, "log", lambda it, m: lines.append(m))
     trainer.fit()
