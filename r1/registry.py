@@ -37,10 +37,11 @@ class Registry(dict):
         self.register(name, obj)
 
     def describe(self) -> dict:
-        """{name: one-line description}: an entry's `doc`, else the first line of its function's docstring."""
+        """{name: one-line description}: an entry's `doc`, else the first paragraph of its function's docstring."""
         out = {}
         for name, obj in self.items():
             fn = getattr(obj, "fn", obj)
             doc = getattr(obj, "doc", None) or (fn.__doc__ if inspect.isroutine(fn) else None) or ""
-            out[name] = doc.strip().splitlines()[0].strip() if doc.strip() else ""
+            first = doc.strip().split("\n\n")[0]  # its first paragraph, on one line
+            out[name] = " ".join(line.strip() for line in first.splitlines())
         return out
