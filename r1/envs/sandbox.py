@@ -10,73 +10,8 @@ have to anticipate one by one, while here a feature that is not written
 does not exist. Nothing outside `root` is read, listed, written, deleted or
 executed, whatever the command, and there is nothing to write with.
 
-Parsing. A quote-aware scan of the raw text refuses, with a one-line reason
-the model can read, everything a shell would give a meaning we do not
-implement: `;`, `&`, `&&`, `||`, `>`, `<`, `(`, `)`, `{a,b}`, backticks,
-`$(...)`, `$VAR`, `~`, `#` comments and newlines. Unquoted `|` splits a pipeline (at
-most 4 stages): each stage's output is the next one's input, as text in
-memory. Each stage's argv comes from `shlex.split`. Unquoted `*`, `?` and
-`[` are globs and are expanded by us against the sandbox (no match: the word
-stays as written, as in bash); quoted ones are literal.
-
-Paths. The sandbox appears to the model as the folder `/sandbox`, its working
-directory (`pwd`); output never shows the real location, so it is the same
-in every episode. A path is resolved component by component from the root:
-`..` may not climb above it, an absolute path must start with `/sandbox`,
-and a symbolic link is followed only if its target stays inside (its target
-is read with `readlink`; nothing it points to outside is ever touched).
-The check is not trusted at open time: every access (lstat, readlink, list,
-open) opens the root and walks to the path's folder with openat and
-O_NOFOLLOW | O_DIRECTORY per component, then acts on the last component
-relative to that folder without following it, so a folder swapped for a
-link after the check fails the open instead of being followed.
-Only regular files are opened, with O_NOFOLLOW | O_NONBLOCK and a check that
-the opened file is the one checked (same inode, still regular), so fifos,
-sockets and device files are refused and never block; a file with more than
-one hard link is not read (it may be a file outside the root, linked in).
-Recursive commands (find, grep -r, du, ls -R) never follow symbolic links
-they meet. `ls -l` and `file` show a link's target as stored when it is
-relative and stays inside, as `/sandbox/...` when it is an absolute path
-inside, and otherwise a placeholder: no output holds a host path.
-
-Limits: the command is at most 4,000 characters and 1,024 words per stage
-after glob expansion; a file read is at most 4 MB; each command has a work
-budget (bytes read, directory entries visited, lines sorted, the estimated
-backtracking cost of a grep pattern per line) and, as a last line of
-defence, a 10 s deadline checked as work is done; text between pipeline
-stages is at most 4M characters; what the model sees is cut at `max_output`
-characters (default 2,000) with a note saying how much was left out. Control
-characters are shown as `?`, bytes that are not UTF-8 as `\\xNN`. grep
-refuses patterns that can backtrack exponentially in Python's `re`: a
-variable repetition of a group that holds a repetition or an alternation,
-more than 16 repetitions (a fixed count like {20} counts what it repeats
-that many times), alternatives that can be taken more than 100,000 ways
-((a|aa){40}, or (a|aa) forty times in a row), fixed counts that expand the
-pattern past 10,000 items, back-references and look-arounds, each with a
-one-line error. What it accepts is charged, before each line is matched, a
-bound on its backtracking on that line (the ways its repetitions can split
-the line, times the ways its alternatives can be taken, times the items one
-try visits; a plain string counts one), and the command
-stops before a match that would take the total past the regex budget: the
-10 s deadline is only checked between lines, so this bound is what keeps one
-line's match short. find's and glob's wildcards go through fnmatch, whose
-patterns use atomic groups and do not backtrack. There is no network code and no environment variable is
-read (`$HOME` is refused, not expanded).
-
-The commands themselves are in r1/envs/shell_commands.py (one function
-each, reaching files only through this sandbox). Commands and options
-(docs/cli_task.md has the table): pwd; echo [-n];
-ls [-a -A -l -h -R -1 -S -t -r -d]; find PATH... with -name -iname -path
--ipath -type f|d|l -size [+-]N[ckMG] -maxdepth -mindepth -empty -newer
--print, ! / -not, -a; grep [-r -R -i -n -c -l -L -v -w -x -F -E -G -o -h -H
--s -m N -e PAT --include= --exclude= --exclude-dir=]; wc [-l -w -c -m];
-head / tail [-n N, -N, -c N, tail -n +N, -q -v]; cat [-n]; file; du [-s -a
--h -b -k -c -d N --max-depth=N --apparent-size]; sort [-n -h -r -u -f -k
-N[,M] -t C]; uniq [-c -d -u -i]. Deliberate differences from GNU: listings
-are sorted by code point (the C locale); `ls -l` shows `user user`, a
-directory size of 4096 and UTC times as `YYYY-MM-DD HH:MM`; `du` counts the
-bytes of files only (apparent size, directories add nothing), in 1K units
-rounded up unless -b or -h.
+`Sandbox` spells out the rules: parsing, paths, limits, and the commands
+(r1/envs/shell_commands.py, one function each) with their options.
 """
 import contextlib
 import fnmatch
@@ -151,7 +86,76 @@ class ShellResult(ToolResult):
 
 
 class Sandbox:
-    """Read-only commands confined to `root`; see the module docstring for what is refused and why."""
+    """Read-only commands confined to `root` (module docstring: why no program runs).
+
+    Parsing. A quote-aware scan of the raw text refuses, with a one-line reason
+    the model can read, everything a shell would give a meaning we do not
+    implement: `;`, `&`, `&&`, `||`, `>`, `<`, `(`, `)`, `{a,b}`, backticks,
+    `$(...)`, `$VAR`, `~`, `#` comments and newlines. Unquoted `|` splits a pipeline (at
+    most 4 stages): each stage's output is the next one's input, as text in
+    memory. Each stage's argv comes from `shlex.split`. Unquoted `*`, `?` and
+    `[` are globs and are expanded by us against the sandbox (no match: the word
+    stays as written, as in bash); quoted ones are literal.
+
+    Paths. The sandbox appears to the model as the folder `/sandbox`, its working
+    directory (`pwd`); output never shows the real location, so it is the same
+    in every episode. A path is resolved component by component from the root:
+    `..` may not climb above it, an absolute path must start with `/sandbox`,
+    and a symbolic link is followed only if its target stays inside (its target
+    is read with `readlink`; nothing it points to outside is ever touched).
+    The check is not trusted at open time: every access (lstat, readlink, list,
+    open) opens the root and walks to the path's folder with openat and
+    O_NOFOLLOW | O_DIRECTORY per component, then acts on the last component
+    relative to that folder without following it, so a folder swapped for a
+    link after the check fails the open instead of being followed.
+    Only regular files are opened, with O_NOFOLLOW | O_NONBLOCK and a check that
+    the opened file is the one checked (same inode, still regular), so fifos,
+    sockets and device files are refused and never block; a file with more than
+    one hard link is not read (it may be a file outside the root, linked in).
+    Recursive commands (find, grep -r, du, ls -R) never follow symbolic links
+    they meet. `ls -l` and `file` show a link's target as stored when it is
+    relative and stays inside, as `/sandbox/...` when it is an absolute path
+    inside, and otherwise a placeholder: no output holds a host path.
+
+    Limits: the command is at most 4,000 characters and 1,024 words per stage
+    after glob expansion; a file read is at most 4 MB; each command has a work
+    budget (bytes read, directory entries visited, lines sorted, the estimated
+    backtracking cost of a grep pattern per line) and, as a last line of
+    defence, a 10 s deadline checked as work is done; text between pipeline
+    stages is at most 4M characters; what the model sees is cut at `max_output`
+    characters (default 2,000) with a note saying how much was left out. Control
+    characters are shown as `?`, bytes that are not UTF-8 as `\\xNN`. grep
+    refuses patterns that can backtrack exponentially in Python's `re`: a
+    variable repetition of a group that holds a repetition or an alternation,
+    more than 16 repetitions (a fixed count like {20} counts what it repeats
+    that many times), alternatives that can be taken more than 100,000 ways
+    ((a|aa){40}, or (a|aa) forty times in a row), fixed counts that expand the
+    pattern past 10,000 items, back-references and look-arounds, each with a
+    one-line error. What it accepts is charged, before each line is matched, a
+    bound on its backtracking on that line (the ways its repetitions can split
+    the line, times the ways its alternatives can be taken, times the items one
+    try visits; a plain string counts one), and the command
+    stops before a match that would take the total past the regex budget: the
+    10 s deadline is only checked between lines, so this bound is what keeps one
+    line's match short. find's and glob's wildcards go through fnmatch, whose
+    patterns use atomic groups and do not backtrack. There is no network code and no environment variable is
+    read (`$HOME` is refused, not expanded).
+
+    The commands themselves are in r1/envs/shell_commands.py (one function
+    each, reaching files only through this sandbox). Commands and options
+    (docs/cli_task.md has the table): pwd; echo [-n];
+    ls [-a -A -l -h -R -1 -S -t -r -d]; find PATH... with -name -iname -path
+    -ipath -type f|d|l -size [+-]N[ckMG] -maxdepth -mindepth -empty -newer
+    -print, ! / -not, -a; grep [-r -R -i -n -c -l -L -v -w -x -F -E -G -o -h -H
+    -s -m N -e PAT --include= --exclude= --exclude-dir=]; wc [-l -w -c -m];
+    head / tail [-n N, -N, -c N, tail -n +N, -q -v]; cat [-n]; file; du [-s -a
+    -h -b -k -c -d N --max-depth=N --apparent-size]; sort [-n -h -r -u -f -k
+    N[,M] -t C]; uniq [-c -d -u -i]. Deliberate differences from GNU: listings
+    are sorted by code point (the C locale); `ls -l` shows `user user`, a
+    directory size of 4096 and UTC times as `YYYY-MM-DD HH:MM`; `du` counts the
+    bytes of files only (apparent size, directories add nothing), in 1K units
+    rounded up unless -b or -h.
+    """
 
     def __init__(self, root, max_output: int = MAX_OUTPUT, max_work: int = MAX_WORK,
                  time_limit: float = TIME_LIMIT_S):
