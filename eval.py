@@ -21,7 +21,8 @@ import sys
 import time
 
 from r1.atomic import write_text
-from r1.config import USER_ERRORS, ConfigError, dump, load_config, node_error, run_main, says
+from r1.config import ConfigError, dump, load_config
+from r1.exits import USER_ERRORS, node_error, run_main, says
 
 
 def main(argv=None):

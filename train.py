@@ -24,7 +24,8 @@ import shutil
 import shlex
 import sys
 
-from r1.config import USER_ERRORS, ConfigError, NodeError, describe, header, load_config, plural, run_main, says
+from r1.config import ConfigError, describe, header, load_config, plural
+from r1.exits import USER_ERRORS, NodeError, run_main, says
 
 
 def sft_phase(cfg):
@@ -99,7 +100,7 @@ def _free_cuda():
 
 def fail(e, same_on_every_rank=False):
     """One line, exit 2. A config error is the same on every rank: under torchrun only rank 0 prints it; an
-    error about this node's files (NodeError), local rank 0 (r1.config.says)."""
+    error about this node's files (NodeError), local rank 0 (r1.exits.says)."""
     if says(e, run_wide=same_on_every_rank):
         print(f"error: {e}", file=sys.stderr)
     sys.exit(2)

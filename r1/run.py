@@ -14,7 +14,8 @@ import os
 import torch
 
 from r1 import checkpoint, distributed
-from r1.config import Config, ConfigError, NodeError, node_error
+from r1.config import Config, ConfigError
+from r1.exits import NodeError, node_error
 from r1.model import Transformer, tiny_config
 from r1.tokenizer import check_vocab, load_tokenizer
 
