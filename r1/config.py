@@ -16,16 +16,22 @@ import yaml
 
 from r1.config_check import validate
 from r1.config_load import check_environment, load_config, read_yaml
-from r1.config_schema import (ALIASES, AUTO_ZERO, BOUNDS, CHOICES, COMMAND_LINE, Algo, Config, ConfigError, Data,
+from r1.config_schema import (ALIASES, AUTO, BOUNDS, CHOICES, COMMAND_LINE, Algo, Config, ConfigError, Data,
                               Env, Eval, Log, Model, Rollout, Run, Train, all_keys, field_docs, get, sections)
 
-__all__ = ["ALIASES", "AUTO_ZERO", "BOUNDS", "CHOICES", "COMMAND_LINE", "Algo", "Config", "ConfigError", "Data",
+__all__ = ["ALIASES", "AUTO", "BOUNDS", "CHOICES", "COMMAND_LINE", "Algo", "Config", "ConfigError", "Data",
            "Env", "Eval", "Log", "Model", "Rollout", "Run", "Train", "all_keys", "check_environment", "describe",
            "dump", "get", "header", "load_config", "plural", "read_yaml", "save", "sections", "to_dict", "validate"]
 
 
 def to_dict(cfg: Config) -> dict:
-    return dataclasses.asdict(cfg)
+    """{section: {name: value}} as a file writes it: an AUTO key held as 0 is `auto`."""
+    out = dataclasses.asdict(cfg)
+    for key in AUTO:
+        section, _, name = key.partition(".")
+        if out[section][name] == 0:
+            out[section][name] = "auto"
+    return out
 
 
 def dump(cfg: Config) -> str:
@@ -55,7 +61,7 @@ def describe(section: str = "") -> str:
         for f in dataclasses.fields(s.type):
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
             key = f"{s.name}.{f.name}"
-            shown = "auto" if key in AUTO_ZERO and default == 0 else _yaml_value(default)
+            shown = "auto" if key in AUTO and default == 0 else _yaml_value(default)
             lines.append(f"  {key} = {shown}  # {docs.get(f.name, '')}")
     return "\n".join(lines)
 

@@ -85,30 +85,26 @@ def validate(cfg: Config, origin: dict | None = None):
 
 
 def _validate_rewards(cfg: Config, task, name):
-    """env.rewards names terms of r1/envs/rewards.REWARDS (read after the task's module registered its own);
-    a task-only term (`general=False`) set for a task that does not list it in Task.rewards is refused."""
+    """env.rewards names terms of r1/envs/rewards.REWARDS (read after the task's module registered its own), each
+    weight on the side its term's `sign` allows; a task-only term (`general=False`) set for a task that does not
+    list it in Task.rewards is refused."""
     from r1.tasks.registry import TASKS
 
-    weights = {}
     for term, weight in cfg.env.rewards.items():
-        key = f"env.rewards.{term}"
         if term not in REWARDS:
             close = difflib.get_close_matches(term, list(REWARDS), n=3, cutoff=0.5)
             hint = f"did you mean {', '.join(close)}? " if close else ""
             raise ConfigError(f"config key {name('env.rewards')}: unknown reward {term!r}; {hint}"
                               f"known: {', '.join(REWARDS)}")
-        if REWARDS[term].key:
-            raise ConfigError(f"config key {name('env.rewards')}: set reward {term!r} with its own key "
-                              f"{REWARDS[term].key}, not in env.rewards")
-        weights[key] = weight
-    for term, r in REWARDS.items():
-        key = r.key or f"env.rewards.{term}"
-        weight = get(cfg, r.key) if r.key else weights.get(key, 0.0)
+        r = REWARDS[term]
+        if r.sign * weight < 0:
+            raise ConfigError(f"config key {name('env.rewards')}: reward {term!r} is a "
+                              f"{'penalty' if r.sign < 0 else 'bonus'}, its weight must be "
+                              f"{'<= 0' if r.sign < 0 else '>= 0'}, got {weight!r}")
         if weight and not r.general and term not in task.rewards:
             payers = [t.name for t in TASKS.values() if term in t.rewards]
-            shown = r.key or f"env.rewards ({term})"
             by = r.paid_by or (f"the {' / '.join(payers)} task" if payers else "tasks listing it in Task.rewards")
-            raise ConfigError(f"config key {name(shown)} is paid by {by} only; "
+            raise ConfigError(f"config key {name('env.rewards')}: reward {term!r} is paid by {by} only; "
                               f"data.task={cfg.data.task} would ignore it (set it to 0)")
 
 

@@ -17,7 +17,8 @@ import typing
 import yaml
 
 from r1.config_check import validate
-from r1.config_schema import (ALIASES, AUTO_ZERO, CHOICES, COMMAND_LINE, Config, ConfigError, all_keys, sections)
+from r1.config_schema import (ALIASES, AUTO, CHOICES, COMMAND_LINE, REMOVED, Config, ConfigError, all_keys,
+                              sections)
 
 
 NULLS = ("null", "Null", "NULL", "~", "None", "none")  # null, in a file or on the command line
@@ -88,8 +89,11 @@ def _coerce(key: str, value, tp, where: str, text: bool = False):
             raise bad
         return value
     if tp is int:
-        if key in AUTO_ZERO and isinstance(value, str) and value.strip().lower() == "auto":
-            return 0
+        if key in AUTO:  # one spelling: `auto`, held as 0
+            if isinstance(value, str) and value.strip().lower() == "auto":
+                return 0
+            if (value == 0 and not isinstance(value, bool)) or value == "0":
+                raise ConfigError(f"config key '{key}'{where}: write auto (the value is then picked for the run), not 0")
         if isinstance(value, str):
             try:
                 value = int(value)
@@ -129,13 +133,53 @@ def _coerce(key: str, value, tp, where: str, text: bool = False):
 
 
 def _set(cfg: Config, key: str, value, where: str = "", text: bool = False):
+    if key in REMOVED:
+        raise _removed(key, value, where)
     section, _, name = key.partition(".")
-    if section not in sections() or "." in name:
+    name, _, entry = name.partition(".")
+    if section not in sections() or "." in entry:
         raise _unknown(key, where)
     hints = typing.get_type_hints(type(getattr(cfg, section)))
-    if name not in hints:
+    if name not in hints or (entry and typing.get_origin(hints[name]) is not dict):
         raise _unknown(key, where)
+    if entry:  # one entry of a mapping key, the others kept: env.rewards.format=0.05
+        mapping = dict(getattr(getattr(cfg, section), name))
+        mapping[entry] = _coerce(key, value, typing.get_args(hints[name])[1], where, text)
+        setattr(getattr(cfg, section), name, mapping)
+        return
     setattr(getattr(cfg, section), name, _coerce(key, value, hints[name], where, text))
+
+
+def upgrade(saved: dict) -> dict:
+    """A run's saved config.yaml ({section: {name: value}}) with its removed keys moved to the keys that replaced
+    them (a zero reward weight left out, as it pays nothing), so a resume compares like with like."""
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in saved.items()}
+    for key, new in REMOVED.items():
+        section, name = key.split(".")
+        if not isinstance(out.get(section), dict) or name not in out[section]:
+            continue
+        value = out[section].pop(name)
+        to_section, to_name, entry = (new.split(".") + [""])[:3]
+        target = out.setdefault(to_section, {})
+        if not isinstance(target, dict):
+            continue
+        if entry:
+            if value:
+                target[to_name] = {**(target.get(to_name) or {}), entry: value}
+        else:
+            target.setdefault(to_name, value)
+    return out
+
+
+def _removed(key: str, value, where: str) -> ConfigError:
+    """A removed key, and what to write instead, as the place it was given writes it."""
+    new = REMOVED[key]
+    section, name, entry = (new.split(".") + [""])[:3]
+    if where == COMMAND_LINE:
+        write = f"{new}={value}"
+    else:
+        write = f"{section}: {name}: {{{entry}: {value}}}" if entry else f"{section}: {name}: {value}"
+    return ConfigError(f"config key '{key}'{where} was removed: write {write}")
 
 
 def _at(path: str, line: int | None) -> str:
@@ -242,11 +286,11 @@ def load_config(path: str | list | None = None, overrides: list[str] = ()) -> Co
         data, lines = read_yaml(path)
         for key, value, where in _flatten(data, path, lines):
             _set(cfg, key, value, where)
-            origin[key] = where
+            origin[key] = origin[".".join(key.split(".")[:2])] = where
     for text in overrides:
         key, raw = _parse_override(text)
         _set(cfg, key, raw, COMMAND_LINE, text=True)
-        origin[key] = COMMAND_LINE
+        origin[key] = origin[".".join(key.split(".")[:2])] = COMMAND_LINE
     validate(cfg, origin)
     check_environment()
     return cfg

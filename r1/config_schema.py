@@ -47,8 +47,6 @@ class Run:
     """Write checkpoints and the final hf/ export (adapter/ too with LoRA). false = metrics, logs and
     trajectories only, for benchmarks of big shapes (one checkpoint of a 3B model trained in full is 64 GiB):
     nothing to resume from or to evaluate; needs train.sft_steps=0 (the RL phase starts from the SFT phase's hf/)."""
-    dtype: str = "auto"
-    """Generator (rollout) dtype: auto (bfloat16 on cuda, float32 on cpu). Training keeps float32 master weights and computes in bf16 on CUDA (autocast on one GPU, FSDP mixed precision on several)."""
 
 
 @dataclass
@@ -126,20 +124,12 @@ class Env:
     """A name in r1/envs/context.CONTEXT_POLICIES: append (token-exact concatenation; the episode ends when the budget is reached), window (keep the first prompt and the latest whole turns) or truncate (keep the first prompt and the latest tokens); an env that overrides Env.summarize writes a summary first, under any policy."""
     max_context: int = 2048
     """Token budget of a step's prompt + response; reaching it ends the episode (append) or drops old context (window, truncate; the episode ends only when the first prompt alone does not fit)."""
-    malformed_penalty: float = 0.0
-    """Reward added (use a negative number) for each step with a malformed tool call."""
-    format_reward: float = 0.0
-    """Shaping: reward added for each step whose tool calls are all well formed, and for a final answer in
-    the task's answer format (0 = off; a small value such as 0.05; see docs/tasks.md on reward hacking)."""
-    tool_success_reward: float = 0.0
-    """Shaping: reward added for each step whose tool calls all ran without error (0 = off)."""
-    command_reward: float = 0.0
-    """Shaping, data.task=cli only: reward added for each step whose shell commands were all accepted by the
-    sandbox (whitelisted, inside the folder), whether or not they then succeeded (0 = off)."""
     rewards: dict[str, float] = field(default_factory=dict)
-    """A rubric: {term: weight} of reward terms in r1/envs/rewards.REWARDS added to each step's reward, after the
-    four shaping keys above (which are the terms malformed, format, tool_success and command); e.g.
-    `env.rewards={my_term: 0.1}`. Empty = none."""
+    """The rubric: {term: weight} of reward terms added to each step's reward (r1/envs/rewards.py), e.g.
+    `env.rewards={malformed: -0.1, format: 0.05}`; malformed (a step with a malformed tool call: a penalty,
+    <= 0), format (tool calls all well formed, or a final answer in the task's answer format), tool_success
+    (a tool step whose calls all ran without error), command (data.task=cli: the sandbox accepted every shell
+    command of the step), and the terms tasks register. Shaping terms can be gamed: docs/tasks.md. Empty = none."""
     tools: list[str] | None = None
     """Tools the env offers: registered names or package.module:attr; null = the task's own tools."""
 
@@ -159,7 +149,7 @@ class Rollout:
     top_k: int = 0
     """Top-k sampling (0 = off); same logprob rule as top_p."""
     slots: int = 0
-    """Concurrent rows in the generator's KV cache (continuous batching); 0 or auto = as many as fit in memory
+    """Concurrent rows in the generator's KV cache (continuous batching); auto = as many as fit in memory
     (r1/memory.py), at most what an iteration runs at once (prompts x n per rank; a quarter more with carry_tokens,
     whose resumed episodes start first) and 512 (640 with carry_tokens)."""
     cache_len: int = 0
@@ -171,13 +161,16 @@ class Rollout:
     PPO weighs each token by them: it needs algo.policy_loss=decoupled_ppo, algo.tis_cap > 0 or
     train.score_policy=sampler); critic-free estimators get whole groups. Paused episodes are lost when the run
     ends, and run.resume refuses such a run."""
+    dtype: str = "auto"
+    """The generator's (and the hf/ export's) dtype: auto = bfloat16 on CUDA, float32 on the CPU. The update's
+    arithmetic is train.precision's."""
     share_prompt: bool = False
     """Identical prompts admitted together (a group's samples) are prefilled once: one row's forward, its keys
     and values copied into the others' slots, its last hidden state their first token's logits (each row samples
     with its own noise). false = every row prefills its own prompt (the reference)."""
     sync_every: int = 0
     """Decode steps per chunk of the agent loop, between two collections on the host (stop checks, environment
-    steps); 0 or auto = 4 on CUDA, where the next chunk is queued while the host works (r1/generate.py overlap),
+    steps); auto = 4 on CUDA, where the next chunk is queued while the host works (r1/generate.py overlap),
     16 on CUDA with R1_OVERLAP=0, 1 on the CPU."""
 
 
@@ -268,7 +261,7 @@ class Train:
     grad_clip: float = 1.0
     """Global gradient-norm clip (0 = off)."""
     micro_tokens: int = 0
-    """Tokens per packed micro-batch (gradient accumulation within a mini-batch); 0 or auto = the largest
+    """Tokens per packed micro-batch (gradient accumulation within a mini-batch); auto = the largest
     power of two up to 16384 that fits in memory (r1/memory.py)."""
     activation_checkpointing: str = "auto"
     """Recompute each block in backward to save memory: true, false, or auto (on only when the update would
@@ -359,7 +352,7 @@ class Config:
 
 
 CHOICES = {
-    "run.device": ["auto", "cpu", "cuda"], "run.dtype": ["auto", "float32", "bfloat16"],
+    "run.device": ["auto", "cpu", "cuda"], "rollout.dtype": ["auto", "float32", "bfloat16"],
     "model.arch": ["llama", "qwen2", "qwen3"], "model.lora_generator": ["merged", "adapters"],
     "env.context_policy": CONTEXT_POLICIES,
     # the algorithm tables themselves (live: an entry added to a table is a valid choice)
@@ -375,8 +368,14 @@ CHOICES = {
 ALIASES = {"algo.advantage": {"ppo": "for PPO use step_gae: step-level GAE with a critic; token_gae is the "
                                      "token-level one"}}
 
-# Integer keys where `auto` is accepted and stored as 0 (the memory plan then picks the value).
-AUTO_ZERO = ("rollout.slots", "train.micro_tokens", "rollout.sync_every")
+# Integer keys whose derived value is written `auto` (in files, overrides and the saved config.yaml) and held as
+# 0 inside (the memory plan or the device then picks it); a written 0 is refused, so each has one spelling.
+AUTO = ("rollout.slots", "train.micro_tokens", "rollout.sync_every")
+
+# Keys that were removed or renamed -> the key that replaced them (an entry of a mapping key: env.rewards.<term>).
+REMOVED = {"env.malformed_penalty": "env.rewards.malformed", "env.format_reward": "env.rewards.format",
+           "env.tool_success_reward": "env.rewards.tool_success", "env.command_reward": "env.rewards.command",
+           "run.dtype": "rollout.dtype"}
 
 # Inclusive (low, high) bounds, None = open. Strict bounds and rules over two keys are in validate().
 BOUNDS = {
@@ -385,7 +384,7 @@ BOUNDS = {
     "model.lora_dropout": (0.0, 0.99),
     "data.level": (1, None), "data.train_size": (0, None), "data.test_size": (0, None),
     "data.val_size": (0, None), "data.sft_level": (0, None),
-    "env.max_steps": (1, None), "env.max_context": (1, None), "env.malformed_penalty": (None, 0.0),
+    "env.max_steps": (1, None), "env.max_context": (1, None),
     "rollout.prompts": (1, None), "rollout.n": (1, None), "rollout.max_new_tokens": (1, None),
     "rollout.temperature": (0.0, None), "rollout.top_k": (0, None),
     "rollout.slots": (0, None), "rollout.cache_len": (0, None), "rollout.sync_every": (0, 4096),
@@ -398,8 +397,7 @@ BOUNDS = {
     "train.steps": (0, None), "train.lr": (0.0, None), "train.critic_lr": (0.0, None), "train.warmup": (0, None),
     "train.weight_decay": (0.0, None), "train.grad_clip": (0.0, None), "train.micro_tokens": (0, None),
     "train.sft_batch": (1, None), "train.sft_steps": (0, None), "train.sft_lr": (0.0, None),
-    "env.format_reward": (0.0, None), "env.tool_success_reward": (0.0, None),
-    "env.command_reward": (0.0, None), "train.checkpoint_every": (1, None), "train.time_limit": (0.0, None),
+    "train.checkpoint_every": (1, None), "train.time_limit": (0.0, None),
     "train.keep_checkpoints": (1, None), "train.overlap": (0, 2), "data.rl_max_difficulty": (0, None),
     "eval.every": (0, None), "eval.limit": (0, None), "eval.n": (1, None), "eval.temperature": (0.0, None),
 }

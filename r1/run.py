@@ -21,10 +21,10 @@ from r1.tokenizer import check_vocab, load_tokenizer
 
 
 def resolve_dtype(cfg: Config, device) -> torch.dtype:
-    """The rollout (and export) dtype: run.dtype, where auto is bfloat16 on CUDA and float32 elsewhere."""
-    if cfg.run.dtype == "auto":
+    """The rollout (and export) dtype: rollout.dtype, where auto is bfloat16 on CUDA and float32 elsewhere."""
+    if cfg.rollout.dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return getattr(torch, cfg.run.dtype)
+    return getattr(torch, cfg.rollout.dtype)
 
 
 def build_model(path: str, cfg: Config, tok, device, value_head=False, seed=0) -> Transformer:
@@ -69,6 +69,7 @@ def config_changes(cfg: Config, saved_path: str, free=RESUME_FREE) -> list:
     import yaml
 
     from r1.config import Config as Defaults, to_dict
+    from r1.config_load import upgrade
 
     try:
         with open(saved_path, encoding="utf-8") as f:
@@ -77,6 +78,7 @@ def config_changes(cfg: Config, saved_path: str, free=RESUME_FREE) -> list:
             raise ValueError("not a mapping of sections")
     except (OSError, ValueError, yaml.YAMLError) as e:
         raise ValueError(f"cannot read the run's saved config {saved_path}: {str(e).splitlines()[0][:120]}") from None
+    old = upgrade(old)  # an older run's removed keys, under the keys that replaced them
     new, default = to_dict(cfg), to_dict(Defaults())
     # a run folder that was moved: a path inside its old run.dir (an RL run's own sft/hf) is the same path
     # inside the new one
@@ -90,6 +92,8 @@ def config_changes(cfg: Config, saved_path: str, free=RESUME_FREE) -> list:
             if any(key == f or (f.endswith(".") and key.startswith(f)) for f in free):
                 continue
             was = before.get(name, default[section][name])
+            if key == "env.rewards" and isinstance(was, dict):  # a zero weight pays nothing
+                was, value = ({term: w for term, w in d.items() if w} for d in (was, value))
             if moved and isinstance(was, str) and isinstance(value, str):
                 inside = os.path.relpath(os.path.normpath(was), os.path.normpath(old_dir))
                 if not inside.startswith(os.pardir) and os.path.normpath(value) == os.path.normpath(

@@ -10,8 +10,9 @@ import os
 import pytest
 import yaml
 
-from r1.config import (BOUNDS, CHOICES, Config, ConfigError, all_keys, describe, dump, get, load_config, save,
-                       validate)
+from r1.config import (AUTO, BOUNDS, CHOICES, Config, ConfigError, all_keys, describe, dump, get, load_config, save,
+                       to_dict, validate)
+from r1.config_schema import REMOVED
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = sorted(glob.glob(os.path.join(ROOT, "configs", "*.yaml")))
@@ -112,7 +113,7 @@ def test_resolved_config_roundtrips_through_dump(tmp_path):
     gsm8k = os.path.join(ROOT, "configs", "gsm8k.yaml")  # a task without tools, so env.tools= is valid
     cfg = load_config(gsm8k, ["model.tokenizer=a/b", "run.dir=0755", "eval.split=1e3", "env.tools=",
                               "train.lr=1e-7", "algo.whiten=true", "eval.out=null", "run.seed=123"])
-    assert yaml.safe_load(dump(cfg)) == dataclasses.asdict(cfg)
+    assert yaml.safe_load(dump(cfg)) == to_dict(cfg)
     path = write(tmp_path, dump(cfg), "dumped.yaml")
     assert load_config(path) == cfg
 
@@ -166,15 +167,56 @@ def test_wrong_type_in_file_names_key_line_and_type(tmp_path):
 def test_choices_name_the_options(tmp_path):
     msg = error(None, ["algo.advantage=grp"])
     assert "'algo.advantage'" in msg and "grpo" in msg and "step_gae" in msg
-    msg = error(write(tmp_path, "run:\n  dtype: 16\n"))  # a number must not slip past the choices as "16"
-    assert "'run.dtype'" in msg and "bfloat16" in msg
+    msg = error(write(tmp_path, "rollout:\n  dtype: 16\n"))  # a number must not slip past the choices as "16"
+    assert "'rollout.dtype'" in msg and "bfloat16" in msg
+
+
+@pytest.mark.parametrize("old, new, value, in_file", [
+    ("env.malformed_penalty", "env.rewards.malformed=-0.1", "-0.1", "env: rewards: {malformed: -0.1}"),
+    ("env.format_reward", "env.rewards.format=0.05", "0.05", "env: rewards: {format: 0.05}"),
+    ("env.tool_success_reward", "env.rewards.tool_success=0.1", "0.1", "env: rewards: {tool_success: 0.1}"),
+    ("env.command_reward", "env.rewards.command=0.2", "0.2", "env: rewards: {command: 0.2}"),
+    ("run.dtype", "rollout.dtype=float32", "float32", "rollout: dtype: float32"),
+])
+def test_a_removed_key_is_refused_naming_the_new_one(tmp_path, old, new, value, in_file):
+    assert set(REMOVED) == {"env.malformed_penalty", "env.format_reward", "env.tool_success_reward",
+                            "env.command_reward", "run.dtype"}
+    assert error(None, [f"{old}={value}"]) == f"config key '{old}' (command line) was removed: write {new}"
+    section, name = old.split(".")
+    path = write(tmp_path, f"{section}:\n  {name}: {value}\n")
+    assert error(path) == f"config key '{old}' in {path}:2 was removed: write {in_file}"
+    assert "\n" not in error(path)
+
+
+def test_a_shaping_weight_is_one_entry_of_env_rewards():
+    base = os.path.join(ROOT, "configs", "gsm8k_tool.yaml")
+    assert load_config(base).env.rewards == {"malformed": -0.1}
+    assert load_config(base, ["env.rewards.format=0.05"]).env.rewards == {"malformed": -0.1, "format": 0.05}
+    assert load_config(base, ["env.rewards={format: 0.05}"]).env.rewards == {"format": 0.05}  # a whole mapping
+    assert error(None, ["env.rewards.nope.x=1"]).startswith("unknown config key 'env.rewards.nope.x'")
+    assert "unknown reward 'nope'" in error(None, ["env.rewards.nope=1"])
+    assert "'env.rewards.format'" in error(None, ["env.rewards.format=lots"])
+    assert "'run.dir.x'" in error(None, ["run.dir.x=1"])  # only a mapping key has entries
+
+
+@pytest.mark.parametrize("key", AUTO)
+def test_auto_has_one_spelling(tmp_path, key):
+    assert error(None, [f"{key}=0"]) == f"config key '{key}' (command line): write auto (the value is then picked " \
+                                        f"for the run), not 0"
+    section, name = key.split(".")
+    path = write(tmp_path, f"{section}:\n  {name}: 0\n")
+    assert error(path).startswith(f"config key '{key}' in {path}:2: write auto")
+    cfg = load_config(None, [f"{key}=auto"])
+    assert get(cfg, key) == 0 and yaml.safe_load(dump(cfg))[section][name] == "auto"
+    assert load_config(write(tmp_path, dump(cfg), "saved.yaml")) == cfg  # the saved config.yaml loads back
+    assert f"{key} = auto" in describe(section)
 
 
 @pytest.mark.parametrize("overrides, key, expected", [
     (["rollout.n=0"], "rollout.n", ">= 1"), (["train.steps=-1"], "train.steps", ">= 0"),
     (["rollout.top_p=1.5"], "rollout.top_p", "(0, 1]"),
     (["rollout.top_p=0"], "rollout.top_p", "(0, 1]"), (["algo.gamma=1.1"], "algo.gamma", "in [0.0, 1.0]"),
-    (["algo.dual_clip=0.5"], "algo.dual_clip", "> 1"), (["env.malformed_penalty=0.5"], "env.malformed_penalty", "<= 0"),
+    (["algo.dual_clip=0.5"], "algo.dual_clip", "> 1"), (["env.rewards.malformed=0.5"], "env.rewards", "<= 0"),
     (["data.level=99"], "data.level", "[1, 8]"), (["env.tools=calc"], "env.tools", "calculator"),
     (["data.task=gsm8k", "env.tools=[calculator]"], "env.tools", "takes no tools"), (["rollout.max_new_tokens=4096"], "rollout.max_new_tokens", "max_context"),
     (["rollout.n=1", "algo.advantage=grpo"], "rollout.n", ">= 2"),
@@ -270,3 +312,20 @@ def test_the_fast_recipe_is_the_recipe_with_the_fast_ablation():
     layered = dataclasses.asdict(load_config([c("gsm8k_tool_30min.yaml"), c("ablations", "fast.yaml")]))
     differ = {f"{s}.{k}" for s in fast for k in fast[s] if fast[s][k] != layered[s][k]}
     assert differ == {"run.dir", "train.time_limit", "eval.every", "train.checkpoint_every"}, differ
+
+
+def test_a_resume_reads_an_older_saved_config_under_the_new_keys(tmp_path):
+    """A run saved before the shaping weights moved into env.rewards (and run.dtype into rollout.dtype) resumes
+    with the same config without a change reported; a real change is still reported."""
+    from r1.run import config_changes
+
+    cfg = load_config(os.path.join(ROOT, "configs", "gsm8k_tool.yaml"), [f"run.dir={tmp_path}"])
+    old = to_dict(cfg)
+    del old["rollout"]["dtype"]
+    old["run"]["dtype"] = "auto"
+    old["env"].pop("rewards")
+    old["env"].update(malformed_penalty=-0.1, format_reward=0.0, tool_success_reward=0.0, command_reward=0.0)
+    saved = write(tmp_path, yaml.safe_dump(old), "config.yaml")
+    assert config_changes(cfg, saved) == []
+    cfg.env.rewards = {"malformed": -0.1, "format": 0.05}
+    assert config_changes(cfg, saved) == ["env.rewards {'malformed': -0.1} -> {'malformed': -0.1, 'format': 0.05}"]

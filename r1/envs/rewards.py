@@ -8,13 +8,11 @@ plus the rubric: each term's weight times `fn(env, action, info)`, where
 needs more than the text and the gold answer is a term here, not a subclass
 of `ToolEnv.step`.
 
-Weights come from the config: the four shaping keys keep their names
-(`env.malformed_penalty` -> malformed, `env.format_reward` -> format,
-`env.tool_success_reward` -> tool_success, `env.command_reward` -> command),
-and `env.rewards` is a mapping of any other term to its weight. Terms are
-summed in that order, one after another from 0.0, so the total is the same
-float as before the rubric existed; a weight of 0 skips its term (not even
-called). A term that only some envs can pay (`general=False`) is accepted
+Weights come from the config's `env.rewards`, a mapping of term to weight
+(`{malformed: -0.1, format: 0.05}`). ToolEnv sums malformed, format and
+tool_success first, then the others in the mapping's order, one after
+another from 0.0; a weight of 0 skips its term (not even called). A term's
+`sign` bounds its weight (-1: a penalty, <= 0; +1: a bonus, >= 0). A term that only some envs can pay (`general=False`) is accepted
 only for a task that lists it in `Task.rewards`. The config reads this table
 live: a term added here is a valid `env.rewards` name. docs/tasks.md walks
 through adding one. Stdlib only (config validation imports it).
@@ -27,7 +25,7 @@ from typing import Callable
 class Reward:
     fn: Callable  # fn(env, action, info) -> float, before the weight
     doc: str = ""
-    key: str | None = None  # the config key holding its weight; None: set it in env.rewards
+    sign: int = 0  # -1: the weight must be <= 0 (a penalty); +1: >= 0 (a bonus); 0: either
     general: bool = True  # any ToolEnv pays it; False: only tasks listing it in Task.rewards
     paid_by: str = ""  # for a task-only term: who pays it, as the config error says it
 
@@ -54,11 +52,11 @@ def tool_success(env, action, info) -> float:
 
 REWARDS = {
     "malformed": Reward(malformed, "a step with a malformed tool call or reply (use a negative weight)",
-                        key="env.malformed_penalty"),
+                        sign=-1),
     "format": Reward(format_ok, "tool calls all well formed, or a final answer in the task's answer format",
-                     key="env.format_reward"),
+                     sign=1),
     "tool_success": Reward(tool_success, "a tool step whose calls all ran without error",
-                           key="env.tool_success_reward"),
+                           sign=1),
 }
 
 
