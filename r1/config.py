@@ -10,6 +10,8 @@ files and overrides, r1/config_check.py the rules across keys; here the views of
 for --keys, the run's header). Exit codes are r1/exits.py.
 """
 import dataclasses
+import difflib
+import inspect
 import os
 
 import yaml
@@ -63,7 +65,36 @@ def describe(section: str = "") -> str:
             key = f"{s.name}.{f.name}"
             shown = "auto" if key in AUTO and default == 0 else _yaml_value(default)
             lines.append(f"  {key} = {shown}  # {docs.get(f.name, '')}")
+            names = choices(key)
+            if names and any(names.values()):  # a registry whose entries say what they are: one line each
+                lines += [f"      {n}" + (f": {doc}" if doc else "") for n, doc in names.items()]
+            elif names:
+                lines.append(f"      one of: {', '.join(names)}")
     return "\n".join(lines)
+
+
+def choices(key: str) -> dict:
+    """{name: one-line description or ""} of the names `key` takes, read live from its registry (CHOICES, the
+    LoRA targets, reward terms, tasks, tools): a name registered by code is listed as the built-in ones are."""
+    from r1.envs.rewards import REWARDS
+    from r1.envs.tools import TOOLS
+    from r1.lora import TARGETS
+    from r1.tasks.registry import TASKS, _builtins
+
+    _builtins()  # the built-in tasks, and the reward terms and tools they register
+    table = {"model.lora_targets": TARGETS, "env.rewards": REWARDS, "data.task": TASKS, "env.tools": TOOLS,
+             **CHOICES}.get(key, ())
+    return {name: _first_line(table[name] if isinstance(table, dict) else None) for name in table}
+
+
+def _first_line(entry) -> str:
+    """The first sentence of what a registry entry says of itself (its doc, or its function's docstring)."""
+    schema = getattr(entry, "schema", None)  # a tool: what its schema tells the model
+    doc = getattr(entry, "doc", None) \
+        or (schema.get("function", schema).get("description") if isinstance(schema, dict) else None) \
+        or getattr(getattr(entry, "fn", None), "__doc__", None) \
+        or (entry.__doc__ if inspect.isfunction(entry) else None) or ""
+    return " ".join(doc.strip().split("\n\n")[0].split()).split(". ")[0].rstrip(".")
 
 
 def _yaml_value(v) -> str:

@@ -74,8 +74,7 @@ class Model:
     lora_alpha: float = 16.0
     """LoRA scale numerator: the adapters' output is multiplied by lora_alpha / lora_rank."""
     lora_targets: list[str] = field(default_factory=lambda: list(LORA_TARGETS))
-    """The projections that get adapters, in every block: any of q_proj, k_proj, v_proj, o_proj, gate_proj,
-    up_proj, down_proj."""
+    """The projections that get adapters, in every block (any of r1/lora.py TARGETS)."""
     lora_dropout: float = 0.0
     """Dropout on the adapters' input during the update (never while scoring or sampling)."""
     lora_generator: str = "adapters"
@@ -89,8 +88,8 @@ class Model:
 @dataclass
 class Data:
     task: str = "synthetic"
-    """A registered task (synthetic: embedded, no download; gsm8k: single step; gsm8k_tool: multi-step with the
-    calculator; see r1/tasks/builtin.py) or your own as package.module:attr (docs/tasks.md)."""
+    """A registered task (r1/tasks/builtin.py; --keys data lists them) or your own as package.module:attr
+    (docs/tasks.md)."""
     path: str | None = None
     """The task's data: for gsm8k/gsm8k_tool a folder (train/test .jsonl, .jsonl.gz or the HF parquet layout);
     None = the copy shipped in data/gsm8k. Unused by synthetic."""
@@ -121,15 +120,14 @@ class Env:
     max_steps: int = 4
     """Maximum environment steps (model turns) per episode."""
     context_policy: str = "append"
-    """A name in r1/envs/context.CONTEXT_POLICIES: append (token-exact concatenation; the episode ends when the budget is reached), window (keep the first prompt and the latest whole turns) or truncate (keep the first prompt and the latest tokens); an env that overrides Env.summarize writes a summary first, under any policy."""
+    """What a step's prompt keeps when the episode outgrows env.max_context (r1/envs/context.CONTEXT_POLICIES); an
+    env that overrides Env.summarize writes a summary first, under any policy."""
     max_context: int = 2048
     """Token budget of a step's prompt + response; reaching it ends the episode (append) or drops old context (window, truncate; the episode ends only when the first prompt alone does not fit)."""
     rewards: dict[str, float] = field(default_factory=dict)
-    """The rubric: {term: weight} of reward terms added to each step's reward (r1/envs/rewards.py), e.g.
-    `env.rewards={malformed: -0.1, format: 0.05}`; malformed (a step with a malformed tool call: a penalty,
-    <= 0), format (tool calls all well formed, or a final answer in the task's answer format), tool_success
-    (a tool step whose calls all ran without error), command (data.task=cli: the sandbox accepted every shell
-    command of the step), and the terms tasks register. Shaping terms can be gamed: docs/tasks.md. Empty = none."""
+    """The rubric: {term: weight} of reward terms (r1/envs/rewards.REWARDS, and those tasks register) added to
+    each step's reward, e.g. `env.rewards={malformed: -0.1, format: 0.05}` or one term, the others kept:
+    `env.rewards.format=0.05`. Shaping terms can be gamed: docs/tasks.md. Empty = none."""
     tools: list[str] | None = None
     """Tools the env offers: registered names or package.module:attr; null = the task's own tools."""
 
@@ -177,9 +175,9 @@ class Rollout:
 @dataclass
 class Algo:
     advantage: str = "step_gae"
-    """A name in r1/algos/estimators.ESTIMATORS: step_gae, token_gae, grpo, rloo, reinforce_pp, reinforce_pp_baseline (docs/algorithms.md)."""
+    """The advantage estimator (r1/algos/estimators.ESTIMATORS; docs/algorithms.md)."""
     policy_loss: str = "ppo"
-    """A name in r1/algos/policy_losses.POLICY_LOSSES: ppo (clipped ratio), cispo (clipped importance weight, every token keeps its gradient) or decoupled_ppo (PPO's clip against the proximal policy, weighted prox/behaviour: for train.overlap 1)."""
+    """The policy loss (r1/algos/policy_losses.POLICY_LOSSES; docs/algorithms.md)."""
     gamma: float = 1.0
     """Discount across steps (step_gae; group estimators with reward_level=step) or tokens (token_gae)."""
     lam: float = 1.0
@@ -194,8 +192,8 @@ class Algo:
     """Group estimators: score each trajectory by its total reward (trajectory), or each step by its discounted
     return-to-go, compared with the same step index of the group's other episodes (step)."""
     normalize_reward: str = "off"
-    """off, std (divide step rewards by their running std) or mean_std (also subtract the running mean); running
-    moments over every reward seen, on all ranks (r1/algos/reward_norm.py)."""
+    """Step rewards divided by their running std (std), also minus their running mean (mean_std), or not (off);
+    running moments over every reward seen, on all ranks (r1/algos/reward_norm.py MODES)."""
     whiten: bool = False
     """Whiten advantages over the global batch (all ranks); implied by reinforce_pp*, so refused there."""
     adv_clip: float = 0.0

@@ -329,3 +329,33 @@ def test_a_resume_reads_an_older_saved_config_under_the_new_keys(tmp_path):
     assert config_changes(cfg, saved) == []
     cfg.env.rewards = {"malformed": -0.1, "format": 0.05}
     assert config_changes(cfg, saved) == ["env.rewards {'malformed': -0.1} -> {'malformed': -0.1, 'format': 0.05}"]
+
+
+def test_help_lists_the_choices_its_registries_hold(monkeypatch):
+    """--keys lists each registry key's names from the registry itself: a name registered by code shows up
+    with its own one-line description, beside the built-in ones."""
+    import dataclasses as dc
+
+    from r1.algos.estimators import ESTIMATORS
+    from r1.algos.policy_losses import POLICY_LOSSES
+    from r1.envs.context import CONTEXT_POLICIES
+    from r1.envs.rewards import REWARDS, Reward
+
+    def mine(*args):
+        """My own entry, for the help test. More text that the help leaves out."""
+
+    monkeypatch.setitem(ESTIMATORS, "my_estimator", dc.replace(ESTIMATORS["grpo"], fn=mine))
+    monkeypatch.setitem(POLICY_LOSSES, "my_loss", dc.replace(POLICY_LOSSES["ppo"], fn=mine))
+    monkeypatch.setitem(CONTEXT_POLICIES, "my_policy", mine)
+    monkeypatch.setitem(REWARDS, "my_term", Reward(mine, "a term of my own"))
+    algo, env = describe("algo").splitlines(), describe("env").splitlines()
+    assert "      my_estimator: My own entry, for the help test" in algo
+    assert "      my_loss: My own entry, for the help test" in algo
+    assert "      step_gae: Agent-R1 step-level GAE: one value and one reward per step; every token of step t gets A_t" \
+        in algo
+    assert "      my_policy: My own entry, for the help test" in env
+    assert "      my_term: a term of my own" in env
+    assert "      one of: off, std, mean_std" in algo  # algo.normalize_reward: r1/algos/reward_norm.MODES
+    assert any(line.startswith("      q_proj") or "one of: q_proj, k_proj" in line for line in describe("model").splitlines())
+    assert "      synthetic: " in describe("data")
+    assert load_config(None, ["env.context_policy=my_policy"]).env.context_policy == "my_policy"
