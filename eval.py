@@ -34,6 +34,9 @@ def main(argv=None):
         cfg = load_config(a.config, a.overrides)
     except ConfigError as e:  # the same on every rank: under torchrun only rank 0 says it
         sys.exit(f"error: {e}" if says(e, run_wide=True) else 2)  # 2: as run_main gives sys.exit(text)
+    from r1.run import use_kernels
+
+    use_kernels(cfg)  # the code paths of config section kernels, for this process
     path = cfg.model.path
     try:
         if cfg.eval.adapter and os.path.isfile(os.path.join(path, "config.yaml")):

@@ -127,7 +127,9 @@ def main(argv=None):
     if int(os.environ.get("RANK", "0")) == 0:  # the resolved config goes to run.dir/config.yaml, not here
         print(header(cfg, a.config), flush=True)
     try:
-        from r1.run import check_paths
+        from r1.run import check_paths, use_kernels
+
+        use_kernels(cfg)  # the code paths of config section kernels, for this process
 
         check_paths(cfg)  # a missing model or data path names its key before any other line
     except ConfigError as e:

@@ -17,8 +17,8 @@ import typing
 import yaml
 
 from r1.config_check import validate
-from r1.config_schema import (ALIASES, AUTO, CHOICES, COMMAND_LINE, REMOVED, Config, ConfigError, all_keys,
-                              sections)
+from r1.config_schema import (ALIASES, AUTO, CHOICES, COMMAND_LINE, REMOVED, REMOVED_ENV, Config, ConfigError,
+                              all_keys, sections)
 
 
 NULLS = ("null", "Null", "NULL", "~", "None", "none")  # null, in a file or on the command line
@@ -296,18 +296,15 @@ def load_config(path: str | list | None = None, overrides: list[str] = ()) -> Co
     return cfg
 
 
-# The environment switches of the GPU paths (README): unset, 0 or 1; R1_PROFILE: an iteration number;
-# R1_SWITCH_US: microseconds (r1/overlap.py).
-SWITCHES = ("R1_COMPILE", "R1_FUSE", "R1_CHUNK_GRAPHS", "R1_OVERLAP", "R1_MIX", "R1_FUSE_TRAIN")
-
-
 def check_environment():
-    """A mistyped switch (R1_FUSE=false, R1_PROFILE=last) is a one-line error before anything runs, not a
-    traceback at import or in the middle of a run."""
-    for name in SWITCHES:
+    """A switch that moved into the config (REMOVED_ENV) and is still set, or a mistyped diagnostic
+    (R1_PROFILE=last), is a one-line error before anything runs, not a run that silently ignores it."""
+    for name, key in REMOVED_ENV.items():
         v = os.environ.get(name, "")
-        if v not in ("", "0", "1"):
-            raise ConfigError(f"environment variable {name}={v!r}: use 0 (off) or 1 (on), or leave it unset")
+        if v:  # empty was the default, as unset
+            value = {"0": "false", "1": "true"}.get(v, v)
+            raise ConfigError(f"environment variable {name} was removed: unset it and write {key}={value} "
+                              f"(the run's config.yaml then records it)")
     v = os.environ.get("R1_PROFILE", "")
     if v and not (v.isdigit() and int(v) >= 1):
         raise ConfigError(f"environment variable R1_PROFILE={v!r}: give the iteration to profile, 1 or more")

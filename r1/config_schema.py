@@ -168,8 +168,8 @@ class Rollout:
     with its own noise). false = every row prefills its own prompt (the reference)."""
     sync_every: int = 0
     """Decode steps per chunk of the agent loop, between two collections on the host (stop checks, environment
-    steps); auto = 4 on CUDA, where the next chunk is queued while the host works (r1/generate.py overlap),
-    16 on CUDA with R1_OVERLAP=0, 1 on the CPU."""
+    steps); auto = 4 on CUDA, where the next chunk is queued while the host works (kernels.launch_ahead),
+    16 on CUDA without it, 1 on the CPU."""
 
 
 @dataclass
@@ -337,6 +337,47 @@ class Log:
 
 
 @dataclass
+class Kernels:
+    """Which implementation runs each op. The defaults are the fastest measured paths, each picked where it
+    applies (most on CUDA only; the CPU runs the reference ops); the other values are for comparisons."""
+    compile: str = "auto"
+    """The elementwise ops (RMSNorm, RoPE, SwiGLU) fused by torch.compile: auto = for CUDA tensors, true = on
+    every device, false = eager (r1/model.py compile_ops)."""
+    fuse: bool = True
+    """A generator's model without gradients on CUDA runs q/k/v and gate/up as one matmul each
+    (r1/model.py fuse_projections)."""
+    fuse_train: bool = False
+    """The trained model's q/k/v and gate/up as one matmul each, through concat_linear (r1/model.py); off until
+    measured faster."""
+    chunk_graphs: bool = True
+    """Prefill chunks replayed as CUDA graphs (r1/chunk_graphs.py), where the attention backend allows."""
+    launch_ahead: bool = True
+    """CUDA: the generator queues the next decode chunk while the host collects the last one and steps the
+    environments (r1/generate.py overlap; unrelated to train.overlap)."""
+    mixed_steps: bool = True
+    """CUDA: observations appended to live rows are prefilled inside the next decode step, one forward for both
+    (r1/generate.py)."""
+    sample: str = "auto"
+    """Token sampling: auto = the Triton kernel where it applies (CUDA, top_k 0, top_p 1), torch = the torch
+    reference everywhere (r1/generate.py sample)."""
+    attention: str = "auto"
+    """The attention backend of every call, training included: auto = picked per call (kernels/attention.py);
+    another name forces it (fa4 is an error where it cannot run)."""
+    decode: str = "auto"
+    """The decode step's attention: auto = the picked backend, sdpa = gather + SDPA."""
+    chunks: str = "auto"
+    """Prefill chunks' attention over the cache: auto = the picked backend, sdpa = one padded SDPA call,
+    loop = SDPA row by row (the reference)."""
+    fa4: bool = True
+    """Pick flash-attn-4 where it is installed and takes the tensors."""
+    fa4_cache: bool = False
+    """A picked fa4 reads the KV cache too (decode, chunks); false = the Triton kernels do."""
+    paged: bool = False
+    """torch's varlen_attn reads the KV cache through a block table, where this torch has one (untested on a
+    GPU)."""
+
+
+@dataclass
 class Config:
     run: Run = field(default_factory=Run)
     model: Model = field(default_factory=Model)
@@ -347,6 +388,7 @@ class Config:
     train: Train = field(default_factory=Train)
     eval: Eval = field(default_factory=Eval)
     log: Log = field(default_factory=Log)
+    kernels: Kernels = field(default_factory=Kernels)
 
 
 CHOICES = {
@@ -361,6 +403,9 @@ CHOICES = {
     "train.activation_checkpointing": ["auto", "true", "false"],
     "train.precision": ["autocast", "bf16"],
     "train.score_policy": ["auto", "always", "sampler"],
+    "kernels.compile": ["auto", "true", "false"], "kernels.sample": ["auto", "torch"],
+    "kernels.attention": ["auto", "fa4", "flash_attn", "torch_flash", "sdpa", "triton", "math"],
+    "kernels.decode": ["auto", "sdpa"], "kernels.chunks": ["auto", "sdpa", "loop"],
 }
 # Names a reader brings from elsewhere for a choice key, and what to write instead.
 ALIASES = {"algo.advantage": {"ppo": "for PPO use step_gae: step-level GAE with a critic; token_gae is the "
@@ -374,6 +419,15 @@ AUTO = ("rollout.slots", "train.micro_tokens", "rollout.sync_every")
 REMOVED = {"env.malformed_penalty": "env.rewards.malformed", "env.format_reward": "env.rewards.format",
            "env.tool_success_reward": "env.rewards.tool_success", "env.command_reward": "env.rewards.command",
            "run.dtype": "rollout.dtype"}
+
+# Environment variables that once switched code paths, and the config key that does it now (so the run's
+# config.yaml records it). R1_PROFILE (a profiler report), R1_SWITCH_US (the interpreter's thread switch
+# interval) and R1_CACHE (where converted tokenizers are kept) stay: they change when or where, not what runs.
+REMOVED_ENV = {"R1_COMPILE": "kernels.compile", "R1_FUSE": "kernels.fuse", "R1_FUSE_TRAIN": "kernels.fuse_train",
+               "R1_CHUNK_GRAPHS": "kernels.chunk_graphs", "R1_OVERLAP": "kernels.launch_ahead",
+               "R1_MIX": "kernels.mixed_steps", "R1_SAMPLE": "kernels.sample", "R1_ATTN": "kernels.attention",
+               "R1_DECODE": "kernels.decode", "R1_CHUNKS": "kernels.chunks", "R1_FA4": "kernels.fa4",
+               "R1_FA4_CACHE": "kernels.fa4_cache", "R1_PAGED": "kernels.paged"}
 
 # Inclusive (low, high) bounds, None = open. Strict bounds and rules over two keys are in validate().
 BOUNDS = {

@@ -20,6 +20,18 @@ from r1.model import Transformer, tiny_config
 from r1.tokenizer import check_vocab, load_tokenizer
 
 
+def use_kernels(cfg: Config):
+    """The process-wide paths of config section kernels: the elementwise ops and the trained projections
+    (r1/model.py OPS) and the attention backends (kernels/attention.py PATHS). The generator's own switches
+    travel with it (r1/actor.py). Each process of a run calls it once, before its first forward."""
+    from kernels import attention
+    from r1.model import use_ops
+
+    k = cfg.kernels
+    use_ops(k.compile, k.fuse_train)
+    attention.use(k.attention, k.decode, k.chunks, k.fa4, k.fa4_cache, k.paged)
+
+
 def resolve_dtype(cfg: Config, device) -> torch.dtype:
     """The rollout (and export) dtype: rollout.dtype, where auto is bfloat16 on CUDA and float32 elsewhere."""
     if cfg.rollout.dtype == "auto":
@@ -58,7 +70,7 @@ def build_model(path: str, cfg: Config, tok, device, value_head=False, seed=0) -
 
 # Keys that do not change what a run is (where it lives, how it is logged, how long it goes, how it is split
 # into memory-sized pieces): a resume may change them freely. Any other difference needs run.allow_config_change.
-RESUME_FREE = ("run.dir", "run.resume", "run.allow_config_change", "run.device", "run.memory_fraction", "run.save",
+RESUME_FREE = ("run.dir", "kernels.", "run.resume", "run.allow_config_change", "run.device", "run.memory_fraction", "run.save",
                "log.", "eval.", "train.steps", "train.time_limit", "train.checkpoint_every", "train.keep_checkpoints", "train.micro_tokens",
                "train.activation_checkpointing", "rollout.slots", "rollout.sync_every")
 

@@ -285,15 +285,56 @@ def test_malformed_override(text):
     assert "key=value" in msg
 
 
-@pytest.mark.parametrize("name,value", [("R1_COMPILE", "yes"), ("R1_FUSE", "false"), ("R1_CHUNK_GRAPHS", "off"),
-                                        ("R1_OVERLAP", "no"), ("R1_PROFILE", "last"), ("R1_PROFILE", "0"),
-                                        ("R1_SWITCH_US", "0.5ms"), ("R1_SWITCH_US", "0")])
+@pytest.mark.parametrize("name,value", [("R1_PROFILE", "last"), ("R1_PROFILE", "0"), ("R1_SWITCH_US", "0.5ms"),
+                                        ("R1_SWITCH_US", "0")])
 def test_mistyped_environment_switch_is_a_config_error(monkeypatch, name, value):
     monkeypatch.setenv(name, value)
     with pytest.raises(ConfigError, match=f"{name}='{value}'"):
         load_config(None, [])
     monkeypatch.setenv(name, "1")
     load_config(None, [])
+
+
+@pytest.mark.parametrize("name,value,override", [
+    ("R1_COMPILE", "0", "kernels.compile=false"), ("R1_COMPILE", "1", "kernels.compile=true"),
+    ("R1_FUSE", "0", "kernels.fuse=false"), ("R1_FUSE_TRAIN", "1", "kernels.fuse_train=true"),
+    ("R1_CHUNK_GRAPHS", "0", "kernels.chunk_graphs=false"), ("R1_OVERLAP", "0", "kernels.launch_ahead=false"),
+    ("R1_MIX", "0", "kernels.mixed_steps=false"), ("R1_SAMPLE", "torch", "kernels.sample=torch"),
+    ("R1_ATTN", "sdpa", "kernels.attention=sdpa"), ("R1_DECODE", "sdpa", "kernels.decode=sdpa"),
+    ("R1_CHUNKS", "loop", "kernels.chunks=loop"), ("R1_FA4", "0", "kernels.fa4=false"),
+    ("R1_FA4_CACHE", "1", "kernels.fa4_cache=true"), ("R1_PAGED", "1", "kernels.paged=true"),
+])
+def test_a_removed_environment_switch_names_its_config_key(monkeypatch, tmp_path, name, value, override):
+    """Each switch that changed what runs is a config key now, saved in the run's config.yaml; the variable,
+    still set, is refused with the override that replaces it (which loads, and is what the dump records)."""
+    from r1.config_schema import REMOVED_ENV
+
+    assert len(REMOVED_ENV) == 13
+    monkeypatch.setenv(name, value)
+    assert error(None, []) == (f"environment variable {name} was removed: unset it and write {override} "
+                               f"(the run's config.yaml then records it)")
+    monkeypatch.delenv(name)
+    cfg = load_config(None, [override])
+    key, _, text = override.partition("=")
+    saved = load_config(write(tmp_path, dump(cfg), "config.yaml"))
+    assert saved == cfg and get(saved, key) != get(Config(), key)
+    assert str(yaml.safe_load(dump(cfg))["kernels"][key.split(".")[1]]).lower() == text
+
+
+def test_the_kernels_defaults_are_the_paths_with_no_switch_set():
+    """The kernels section's defaults set what the unset environment variables gave: compiled ops for CUDA,
+    no fused training projections, automatic attention picks, fa4 picked but not reading the cache, no paged
+    reads; a generator with its own defaults (fuse, overlap, mix, chunk graphs, the sampling kernel)."""
+    from kernels import attention
+    from r1 import model
+    from r1.run import use_kernels
+
+    use_kernels(Config())
+    assert model.OPS.compile == "auto" and model.OPS.fuse_train is False and model.OPS.rms_norm is not model.rms_norm
+    assert vars(attention.PATHS) == {"attention": "", "decode": "", "chunks": "", "fa4": True, "fa4_cache": False}
+    assert attention.PAGED is False
+    k = Config().kernels
+    assert (k.fuse, k.launch_ahead, k.mixed_steps, k.chunk_graphs, k.sample) == (True, True, True, True, "auto")
 
 
 def test_an_ablation_alone_is_refused_with_the_command_that_layers_it():
