@@ -17,8 +17,9 @@ import typing
 import yaml
 
 from r1.config_check import validate
-from r1.config_schema import (ALIASES, AUTO, CHOICES, COMMAND_LINE, REMOVED, REMOVED_ENV, Config, ConfigError,
+from r1.config_schema import (ALIASES, AUTO, CHOICES, COMMAND_LINE, REMOVED, Config, ConfigError,
                               all_keys, sections)
+from r1.environment import moved_switch
 
 
 NULLS = ("null", "Null", "NULL", "~", "None", "none")  # null, in a file or on the command line
@@ -299,12 +300,9 @@ def load_config(path: str | list | None = None, overrides: list[str] = ()) -> Co
 def check_environment():
     """A switch that moved into the config (REMOVED_ENV) and is still set, or a mistyped diagnostic
     (R1_PROFILE=last), is a one-line error before anything runs, not a run that silently ignores it."""
-    for name, key in REMOVED_ENV.items():
-        v = os.environ.get(name, "")
-        if v:  # empty was the default, as unset
-            value = {"0": "false", "1": "true"}.get(v, v)
-            raise ConfigError(f"environment variable {name} was removed: unset it and write {key}={value} "
-                              f"(the run's config.yaml then records it)")
+    moved = moved_switch()  # r1/environment.py
+    if moved:
+        raise ConfigError(moved)
     v = os.environ.get("R1_PROFILE", "")
     if v and not (v.isdigit() and int(v) >= 1):
         raise ConfigError(f"environment variable R1_PROFILE={v!r}: give the iteration to profile, 1 or more")

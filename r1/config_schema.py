@@ -420,14 +420,6 @@ REMOVED = {"env.malformed_penalty": "env.rewards.malformed", "env.format_reward"
            "env.tool_success_reward": "env.rewards.tool_success", "env.command_reward": "env.rewards.command",
            "run.dtype": "rollout.dtype"}
 
-# Environment variables that once switched code paths, and the config key that does it now (so the run's
-# config.yaml records it). R1_PROFILE (a profiler report), R1_SWITCH_US (the interpreter's thread switch
-# interval) and R1_CACHE (where converted tokenizers are kept) stay: they change when or where, not what runs.
-REMOVED_ENV = {"R1_COMPILE": "kernels.compile", "R1_FUSE": "kernels.fuse", "R1_FUSE_TRAIN": "kernels.fuse_train",
-               "R1_CHUNK_GRAPHS": "kernels.chunk_graphs", "R1_OVERLAP": "kernels.launch_ahead",
-               "R1_MIX": "kernels.mixed_steps", "R1_SAMPLE": "kernels.sample", "R1_ATTN": "kernels.attention",
-               "R1_DECODE": "kernels.decode", "R1_CHUNKS": "kernels.chunks", "R1_FA4": "kernels.fa4",
-               "R1_FA4_CACHE": "kernels.fa4_cache", "R1_PAGED": "kernels.paged"}
 
 # Inclusive (low, high) bounds, None = open. Strict bounds and rules over two keys are in validate().
 BOUNDS = {

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from kernels.attention import block_map, cache_attention, varlen_attention
 from kernels.logprob import logprob_entropy
+from r1.environment import moved_switch
 
 ARCHS = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
 
@@ -576,4 +577,13 @@ def pack(seqs: list[list[int]], device="cpu"):
     return ids, pos, cu, max(lens) if lens else 0
 
 
+def _refuse_moved_switches():
+    """An R1_* variable that once switched these paths (now config keys: r1/environment.py), still set, stops
+    any script that loads the model, not only train.py and eval.py: never silently ignored."""
+    moved = moved_switch()
+    if moved:
+        raise RuntimeError(moved)
+
+
+_refuse_moved_switches()
 default_ops()

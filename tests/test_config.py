@@ -307,9 +307,9 @@ def test_mistyped_environment_switch_is_a_config_error(monkeypatch, name, value)
 def test_a_removed_environment_switch_names_its_config_key(monkeypatch, tmp_path, name, value, override):
     """Each switch that changed what runs is a config key now, saved in the run's config.yaml; the variable,
     still set, is refused with the override that replaces it (which loads, and is what the dump records)."""
-    from r1.config_schema import REMOVED_ENV
+    from r1.environment import MOVED
 
-    assert len(REMOVED_ENV) == 13
+    assert len(MOVED) == 13
     monkeypatch.setenv(name, value)
     assert error(None, []) == (f"environment variable {name} was removed: unset it and write {override} "
                                f"(the run's config.yaml then records it)")
@@ -400,3 +400,17 @@ def test_help_lists_the_choices_its_registries_hold(monkeypatch):
     assert any(line.startswith("      q_proj") or "one of: q_proj, k_proj" in line for line in describe("model").splitlines())
     assert "      synthetic: " in describe("data")
     assert load_config(None, ["env.context_policy=my_policy"]).env.context_policy == "my_policy"
+
+
+def test_a_script_without_a_config_does_not_ignore_a_moved_switch():
+    """bench scripts build models without a config: importing r1.model with a moved switch set stops them with
+    the key to use instead."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "R1_MIX": "0"}
+    out = subprocess.run([sys.executable, "-c", "import r1.model"], cwd=ROOT, env=env, capture_output=True,
+                         text=True)
+    assert out.returncode != 0
+    assert ("environment variable R1_MIX was removed: unset it and write kernels.mixed_steps=false"
+            in out.stderr.splitlines()[-1])
