@@ -414,3 +414,27 @@ def test_a_script_without_a_config_does_not_ignore_a_moved_switch():
     assert out.returncode != 0
     assert ("environment variable R1_MIX was removed: unset it and write kernels.mixed_steps=false"
             in out.stderr.splitlines()[-1])
+
+
+def test_the_generator_gets_the_kernels_keys(monkeypatch):
+    """The generator's own switches reach it from the config (r1/actor.py), no longer from the environment:
+    the defaults leave each to the Generator (on where it applies), false turns it off."""
+    import types
+
+    import torch
+
+    import r1.actor as actor
+
+    seen = {}
+    monkeypatch.setattr(actor, "Generator", lambda *a, **k: seen.update(k))
+    monkeypatch.setattr(actor, "AgentEnvLoop", lambda *a, **k: None)
+    monkeypatch.setattr(actor, "make_env", lambda cfg, tok: None)
+    tok, d = types.SimpleNamespace(stop_ids=[]), types.SimpleNamespace(device=torch.device("cpu"))
+    keys = ("fuse", "overlap", "mix", "chunk_graphs", "triton_sample")
+    actor.Actor(Config(), tok, None, 2, d)
+    assert {k: seen[k] for k in keys} == {"fuse": None, "overlap": None, "mix": None, "chunk_graphs": True,
+                                          "triton_sample": True}
+    cfg = load_config(None, ["kernels.fuse=false", "kernels.launch_ahead=false", "kernels.mixed_steps=false",
+                             "kernels.chunk_graphs=false", "kernels.sample=torch"])
+    actor.Actor(cfg, tok, None, 2, d)
+    assert {k: seen[k] for k in keys} == dict.fromkeys(keys, False)
