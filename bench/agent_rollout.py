@@ -467,11 +467,14 @@ def main(argv=None):
     p.add_argument("--eager-paths", action="store_true",
                    help="eager elementwise ops, unfused projections, no chunk graphs (kernels.compile=false, "
                         "kernels.fuse=false, kernels.chunk_graphs=false)")
+    p.add_argument("--no-chunk-graphs", action="store_true", help="prefill chunks eager (kernels.chunk_graphs=false)")
     a = p.parse_args(argv)
     EAGER.clear()
     if a.eager_paths:
         use_ops("false")
         EAGER.update(fuse=False, chunk_graphs=False)
+    if a.no_chunk_graphs:
+        EAGER.update(chunk_graphs=False)
     schedules = []
     for name in (a.schedules.split(",") if a.schedules else []):
         every, _, mode = name.partition("-")
@@ -517,7 +520,7 @@ def main(argv=None):
             o["ratio_same_lengths"] = round(o["agent_tok_s"] / r["same_lengths_tok_s"], 3)
     r.update(device=torch.cuda.get_device_name() if cuda else "cpu", torch=torch.__version__,
              workers=a.workers, chunks="default",
-             **paths_in_use(cuda), chunk_graphs=not a.eager_paths,
+             **paths_in_use(cuda), chunk_graphs=EAGER.get("chunk_graphs", True),
              date=datetime.date.today().isoformat())
     profile = r.pop("profile", None)
     print(json.dumps(r), flush=True)
