@@ -18,12 +18,13 @@ import yaml
 
 from r1.config_check import validate
 from r1.config_load import check_environment, load_config, read_yaml
-from r1.config_schema import (ALIASES, AUTO, BOUNDS, CHOICES, COMMAND_LINE, Algo, Config, ConfigError, Data,
-                              Env, Eval, Log, Model, Rollout, Run, Train, all_keys, field_docs, get, sections)
+from r1.config_schema import (ALIASES, AUTO, BOUNDS, CHOICES, COMMAND_LINE, REMOVED, Algo, Config, ConfigError, Data,
+                              Env, Eval, Kernels, Log, Model, Rollout, Run, Train, all_keys, field_docs, get, sections)
 
-__all__ = ["ALIASES", "AUTO", "BOUNDS", "CHOICES", "COMMAND_LINE", "Algo", "Config", "ConfigError", "Data",
-           "Env", "Eval", "Log", "Model", "Rollout", "Run", "Train", "all_keys", "check_environment", "describe",
-           "dump", "get", "header", "load_config", "plural", "read_yaml", "save", "sections", "to_dict", "validate"]
+__all__ = ["ALIASES", "AUTO", "BOUNDS", "CHOICES", "COMMAND_LINE", "REMOVED", "Algo", "Config", "ConfigError", "Data",
+           "Env", "Eval", "Kernels", "Log", "Model", "Rollout", "Run", "Train", "all_keys", "check_environment",
+           "choices", "describe", "dump", "get", "header", "load_config", "plural", "read_yaml", "save", "sections",
+           "to_dict", "validate"]
 
 
 def to_dict(cfg: Config) -> dict:
