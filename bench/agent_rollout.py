@@ -53,7 +53,6 @@ import contextlib
 import datetime
 import gc
 import json
-import os
 import statistics
 import sys
 import time
