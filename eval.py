@@ -21,7 +21,8 @@ import sys
 import time
 
 from r1.atomic import write_text
-from r1.config import USER_ERRORS, ConfigError, dump, load_config, node_error, run_main, says
+from r1.config import ConfigError, dump, load_config
+from r1.exits import USER_ERRORS, node_error, run_main, says
 
 
 def main(argv=None):
@@ -33,6 +34,9 @@ def main(argv=None):
         cfg = load_config(a.config, a.overrides)
     except ConfigError as e:  # the same on every rank: under torchrun only rank 0 says it
         sys.exit(f"error: {e}" if says(e, run_wide=True) else 2)  # 2: as run_main gives sys.exit(text)
+    from r1.run import use_kernels
+
+    use_kernels(cfg)  # the code paths of config section kernels, for this process
     path = cfg.model.path
     try:
         if cfg.eval.adapter and os.path.isfile(os.path.join(path, "config.yaml")):

@@ -24,7 +24,8 @@ import shutil
 import shlex
 import sys
 
-from r1.config import USER_ERRORS, ConfigError, NodeError, describe, header, load_config, plural, run_main, says
+from r1.config import ConfigError, describe, header, load_config, plural
+from r1.exits import USER_ERRORS, NodeError, run_main, says
 
 
 def sft_phase(cfg):
@@ -99,7 +100,7 @@ def _free_cuda():
 
 def fail(e, same_on_every_rank=False):
     """One line, exit 2. A config error is the same on every rank: under torchrun only rank 0 prints it; an
-    error about this node's files (NodeError), local rank 0 (r1.config.says)."""
+    error about this node's files (NodeError), local rank 0 (r1.exits.says)."""
     if says(e, run_wide=same_on_every_rank):
         print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
@@ -126,7 +127,9 @@ def main(argv=None):
     if int(os.environ.get("RANK", "0")) == 0:  # the resolved config goes to run.dir/config.yaml, not here
         print(header(cfg, a.config), flush=True)
     try:
-        from r1.run import check_paths
+        from r1.run import check_paths, use_kernels
+
+        use_kernels(cfg)  # the code paths of config section kernels, for this process
 
         check_paths(cfg)  # a missing model or data path names its key before any other line
     except ConfigError as e:

@@ -41,7 +41,7 @@ varlen attention) on the same trajectories: `logprob_gap_mean/max` over every
 response token, the sampler-trainer gap each RL iteration logs.
 
     python bench/agent_rollout.py --model 135m [--episodes 512] [--slots 512] [--save [PATH]] [--profile]
-    R1_COMPILE=0 R1_FUSE=0 R1_CHUNK_GRAPHS=0 python bench/agent_rollout.py --model 3b   # the eager paths
+    python bench/agent_rollout.py --model 3b --eager-paths   # kernels.compile=false, fuse=false, chunk_graphs=false
 Without CUDA it runs a tiny random model on the CPU through the same code (a
 check: tests/test_agent_rollout_bench.py). --tokenizer takes an HF tokenizer
 folder, for a machine without the GGUF (write one with
@@ -53,7 +53,6 @@ import contextlib
 import datetime
 import gc
 import json
-import os
 import statistics
 import sys
 import time
@@ -69,7 +68,7 @@ from r1.envs.base import Action  # noqa: E402
 from r1.envs.tool_env import ToolEnv  # noqa: E402
 from bench.rollout import SHAPES  # noqa: E402  (the model shapes every benchmark uses)
 from r1.generate import Generator, Sampling  # noqa: E402
-from r1.model import Transformer, paths_in_use, tiny_config  # noqa: E402
+from r1.model import Transformer, paths_in_use, tiny_config, use_ops  # noqa: E402
 from r1.rollout import AgentEnvLoop  # noqa: E402
 from r1.sft import expert_example  # noqa: E402
 from r1.tasks import gsm8k  # noqa: E402
@@ -315,10 +314,14 @@ def tail_seconds(log, end, slots):
     return sum(times[i + 1] - times[i] for i, (_, busy) in enumerate(log) if busy < slots / 4)
 
 
+EAGER: dict = {}  # --eager-paths: the Generator's fuse and chunk_graphs off
+
+
 def agent(model, tok, episodes, slots, cache_len, sync, temperature, profile=False, gap=False, workers=None,
           sync_every=None, overlap=None, schedules=(), mix=None):
     cuda = next(model.parameters()).is_cuda
-    gen = Generator(model, slots, cache_len, stop_ids=tok.stop_ids, cuda_graphs=cuda, overlap=overlap, mix=mix)
+    gen = Generator(model, slots, cache_len, stop_ids=tok.stop_ids, cuda_graphs=cuda, overlap=overlap, mix=mix,
+                    **EAGER)
     gen.set_sampling(Sampling(temperature=temperature, seed=0))
     loop = AgentEnvLoop(gen, tok, make_env_factory(tok), MAX_NEW, sync_every=sync_every,
                         **({} if workers is None else {"workers": workers}))
@@ -404,7 +407,7 @@ def single_turn(model, episodes, slots, cache_len, new, sync, temperature):
     same with each row generating its own episode's response tokens (all turns together): the engine
     facing the episodes' lengths, so the gap left to the agent loop is the turns themselves."""
     cuda = next(model.parameters()).is_cuda
-    gen = Generator(model, slots, cache_len, cuda_graphs=cuda)
+    gen = Generator(model, slots, cache_len, cuda_graphs=cuda, **EAGER)
     prompts = [e["seq"][: e["first_prompt_len"]] for e in episodes]
     s = Sampling(temperature=temperature, seed=0)
     gen.generate(prompts, 8, s)  # warm-up: graph capture
@@ -450,17 +453,27 @@ def main(argv=None):
     p.add_argument("--sync-every", type=int, default=None,
                    help="decode steps per chunk in the agent loop (default: the generator's)")
     p.add_argument("--no-overlap", action="store_true",
-                   help="no chunk in flight (R1_OVERLAP=0's schedule: 16-step chunks, environments stepped while "
+                   help="no chunk in flight (kernels.launch_ahead=false's schedule: 16-step chunks, environments stepped while "
                         "the next chunk decodes)")
     p.add_argument("--no-mix", action="store_true",
-                   help="observations prefilled in forwards of their own (R1_MIX=0), not in a decode step")
+                   help="observations prefilled in forwards of their own (kernels.mixed_steps=false), not in a decode step")
     p.add_argument("--schedules", default=None,
                    help="more agent runs in the same process, e.g. 16-sync,16,8,4,4-nomix: steps per chunk, "
                         "'-sync' without overlap, '-nomix' without mixed steps; each is timed (not "
                         "instrumented) and listed under 'schedules'")
     p.add_argument("--save", nargs="?", const="bench/results/agent_rollout_h200.json", default=None,
                    help="append the result to a JSON list (default bench/results/agent_rollout_h200.json)")
+    p.add_argument("--eager-paths", action="store_true",
+                   help="eager elementwise ops, unfused projections, no chunk graphs (kernels.compile=false, "
+                        "kernels.fuse=false, kernels.chunk_graphs=false)")
+    p.add_argument("--no-chunk-graphs", action="store_true", help="prefill chunks eager (kernels.chunk_graphs=false)")
     a = p.parse_args(argv)
+    EAGER.clear()
+    if a.eager_paths:
+        use_ops("false")
+        EAGER.update(fuse=False, chunk_graphs=False)
+    if a.no_chunk_graphs:
+        EAGER.update(chunk_graphs=False)
     schedules = []
     for name in (a.schedules.split(",") if a.schedules else []):
         every, _, mode = name.partition("-")
@@ -505,8 +518,8 @@ def main(argv=None):
             o["ratio"] = round(o["agent_tok_s"] / r["single_turn_tok_s"], 3)
             o["ratio_same_lengths"] = round(o["agent_tok_s"] / r["same_lengths_tok_s"], 3)
     r.update(device=torch.cuda.get_device_name() if cuda else "cpu", torch=torch.__version__,
-             workers=a.workers, chunks=os.environ.get("R1_CHUNKS", "default"),
-             **paths_in_use(cuda), chunk_graphs_env=os.environ.get("R1_CHUNK_GRAPHS", "default"),
+             workers=a.workers, chunks="default",
+             **paths_in_use(cuda), chunk_graphs=EAGER.get("chunk_graphs", True),
              date=datetime.date.today().isoformat())
     profile = r.pop("profile", None)
     print(json.dumps(r), flush=True)

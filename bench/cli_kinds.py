@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from gsm8k_calculations import read_inputs, report, same_problems  # noqa: E402
 from r1.compare import mcnemar  # noqa: E402
-from r1.config import run_main  # noqa: E402
+from r1.exits import run_main  # noqa: E402
 
 
 def table(kinds: dict, ev: dict, base: dict | None = None) -> list:

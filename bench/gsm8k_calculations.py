@@ -21,7 +21,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from r1.compare import mcnemar  # noqa: E402
-from r1.config import USER_ERRORS, load_config, run_main  # noqa: E402
+from r1.config import load_config  # noqa: E402
+from r1.exits import USER_ERRORS, run_main  # noqa: E402
 from r1.rollout_stats import traj_stats  # noqa: E402
 from r1.tasks.builtin import calculations as difficulty  # noqa: E402
 from r1.tasks.data import load_rows  # noqa: E402

@@ -2,7 +2,7 @@
 # Issue 21's proof, as one job on a 2-GPU machine: does the fast path, now the default on CUDA (compiled ops,
 # fused projections, prefill chunks in CUDA graphs), learn as the eager path does, and how much faster is a GRPO
 # iteration of configs/gsm8k_tool.yaml with it? The same SFT checkpoint, the same seed and the same wall time on
-# each GPU: eager (R1_COMPILE=0 R1_FUSE=0 R1_CHUNK_GRAPHS=0) on GPU 0, the defaults on GPU 1; then both evaluated
+# each GPU: eager (kernels.compile=false kernels.fuse=false kernels.chunk_graphs=false) on GPU 0, the defaults on GPU 1; then both evaluated
 # on the full test set (greedy, default path) and compared pair by pair; then an FSDP run of the default path on
 # both GPUs. While SFT trains on GPU 0, GPU 1 runs (BENCH=1) the single-turn 3B benchmark with its peer (HF
 # generate) and the GPU tests; at the end, the agent-loop benchmark (bench/agent_rollout.py) of both paths, the
@@ -12,14 +12,15 @@
 #
 #   bench/h200_compile.sh MODEL.gguf RESULTS_DIR
 #   env: RL_TIME (seconds of RL each, default 300), SFT_STEPS (default 467), SKIP (phase names not to run),
-#        SLOW (the environment of the eager lane, default "R1_COMPILE=0 R1_FUSE=0 R1_CHUNK_GRAPHS=0"),
+#        SLOW (the overrides of the eager lane, default "kernels.compile=false kernels.fuse=false
+#        kernels.chunk_graphs=false"; its agent-loop benchmark runs with --eager-paths),
 #        SFT_EXTRA / RL_EXTRA (overrides for train.py), EVAL_LIMIT (default 0 = all), BENCH (1 = run the
 #        benchmarks, default 1), FSDP (1 = the 2-GPU run, default 1), PROFILE (unset: no profile)
 #   bench/h200_collect.sh RESULTS_DIR . $OUT     # in later calls: progress, metrics, evals, logs
 # Every phase writes $R/<phase>.done and is skipped when that exists (bench/phases.sh), so a restart continues.
 set -u
 M=$1; R=$2; mkdir -p "$R"
-RL_TIME=${RL_TIME:-300}; SFT_STEPS=${SFT_STEPS:-467}; SLOW=${SLOW:-"R1_COMPILE=0 R1_FUSE=0 R1_CHUNK_GRAPHS=0"}
+RL_TIME=${RL_TIME:-300}; SFT_STEPS=${SFT_STEPS:-467}; SLOW=${SLOW:-"kernels.compile=false kernels.fuse=false kernels.chunk_graphs=false"}
 C="--config configs/gsm8k_tool.yaml log.progress=false"
 . "$(dirname "$0")/phases.sh"  # log, phase
 
@@ -28,11 +29,11 @@ ev() {  # gpu model name: both policies are evaluated on the default path, so on
   phase "eval-$n" env CUDA_VISIBLE_DEVICES=$g python3 eval.py $C model.path=$m eval.out="$R/eval-$n" \
     model.tokenizer="$R/sft/hf" eval.limit=${EVAL_LIMIT:-0}
 }
-rl() {  # gpu name [env...]: GRPO from the SFT checkpoint for RL_TIME seconds (env: its path), then its eval
+rl() {  # gpu name [overrides...]: GRPO from the SFT checkpoint for RL_TIME seconds (kernels.*: its path), then its eval
   local g=$1 n=$2; shift 2
-  phase "$n" env CUDA_VISIBLE_DEVICES=$g R1_PROFILE=${PROFILE:-} "$@" python3 train.py $C model.path="$R/sft/hf" \
+  phase "$n" env CUDA_VISIBLE_DEVICES=$g R1_PROFILE=${PROFILE:-} python3 train.py $C model.path="$R/sft/hf" \
     train.sft_steps=0 run.dir="$R/$n" algo.advantage=grpo train.time_limit=$RL_TIME train.steps=100000 \
-    train.checkpoint_every=100000 eval.every=0 ${RL_EXTRA:-} && ev $g "$R/$n" "$n"
+    train.checkpoint_every=100000 eval.every=0 ${RL_EXTRA:-} "$@" && ev $g "$R/$n" "$n"
 }
 
 bench() {  # on GPU 1 while SFT trains on GPU 0: the single-turn benchmark with its peer, the GPU tests
@@ -44,7 +45,8 @@ agents() {  # the agent-loop benchmark (bench/agent_rollout.py), default and eag
   for m in 135m 3b; do
     g=$([ $m = 135m ] && echo 0 || echo 1)
     { phase agent-$m-default env CUDA_VISIBLE_DEVICES=$g python3 bench/agent_rollout.py --model $m --gap $tok
-      phase agent-$m-eager env CUDA_VISIBLE_DEVICES=$g $SLOW python3 bench/agent_rollout.py --model $m --gap $tok; } &
+      phase agent-$m-eager env CUDA_VISIBLE_DEVICES=$g python3 bench/agent_rollout.py --model $m --gap $tok \
+        --eager-paths; } &
   done
   wait
 }

@@ -5,7 +5,7 @@
 #   bench/h200_grpo.sh MODEL.gguf RESULTS_DIR [TOKENIZER]
 #   env: ITERS (default 20), SFT_STEPS (default 467), SOLO=1 (lane A only), SEQ=1 (lane B after lane A, both on
 #        GPU 0: a one-GPU machine), BENCH=1,
-#        A / B: lane overrides (default: A the defaults, B R1_OVERLAP=0: the old schedule), e.g. B="rollout.sync_every=16"
+#        A / B: lane overrides (default: A the defaults, B kernels.launch_ahead=false: the old schedule), e.g. B="rollout.sync_every=16"
 set -u
 M=$1; R=$2; mkdir -p "$R"
 TOKARG=${3:+--tokenizer $3}
@@ -26,7 +26,7 @@ grpo() {  # gpu name overrides...
     run.dir="$R/$n" algo.advantage=grpo train.steps=${ITERS:-20} train.checkpoint_every=100000 eval.every=0 "$@"
 }
 if [ "${SOLO:-0}" = 1 ]; then grpo 0 grpo-a ${A:-}
-elif [ "${SEQ:-0}" = 1 ]; then grpo 0 grpo-a ${A:-}; grpo 0 grpo-b ${B:-R1_OVERLAP=0}
-else grpo 0 grpo-a ${A:-} & grpo 1 grpo-b ${B:-R1_OVERLAP=0} & wait; fi
+elif [ "${SEQ:-0}" = 1 ]; then grpo 0 grpo-a ${A:-}; grpo 0 grpo-b ${B:-kernels.launch_ahead=false}
+else grpo 0 grpo-a ${A:-} & grpo 1 grpo-b ${B:-kernels.launch_ahead=false} & wait; fi
 log "all done"
 touch "$R/ALL.done"

@@ -6,7 +6,7 @@
 # the two threads side by side?), then the
 # micro_tokens lead of docs/LOG.md: PPO at train.micro_tokens=4096 with run.memory_fraction=0.15 (the lanes')
 # and with the whole GPU, to tell small micro-batches from the memory cap (alloc_retries counts the
-# allocator's free-and-retry), then PPO synchronous and with the process under R1_FUSE_TRAIN=1 (ppo-o0-ft,
+# allocator's free-and-retry), then PPO synchronous and with the process under kernels.fuse_train=true (ppo-o0-ft,
 # ppo-o2-ft: does a 135M step's 1.03-1.145x reach the iteration?), then PPO and GRPO synchronous and PPO with the
 # process under train.share_prefix=true (ppo-o0-sp, grpo-o0-sp, ppo-o2-sp: each group's prompt packed once per
 # micro-batch, r1/packing.py), then with sharing and train.precision=bf16 (a bf16 copy of the weights computes, no
@@ -62,8 +62,8 @@ run grpo-o2 algo.advantage=grpo $OV2
 R1_SWITCH_US=200 run ppo-o1-sw200 $OV  # the interpreter's switch interval 5 ms -> 0.2 ms (r1/overlap.py)
 run ppo-mt4096-frac015 train.micro_tokens=4096 run.memory_fraction=0.15
 run ppo-mt4096 train.micro_tokens=4096
-R1_FUSE_TRAIN=1 run ppo-o0-ft  # the trainer's q/k/v and gate/up as one matmul each (r1/model.py concat_linear)
-R1_FUSE_TRAIN=1 run ppo-o2-ft $OV2
+run ppo-o0-ft kernels.fuse_train=true  # the trainer's q/k/v and gate/up as one matmul each (r1/model.py concat_linear)
+run ppo-o2-ft kernels.fuse_train=true $OV2
 run ppo-o0-sp train.share_prefix=true  # a group's prompt once per micro-batch: fewer tokens to score and update
 run grpo-o0-sp algo.advantage=grpo train.share_prefix=true
 run ppo-o2-sp train.share_prefix=true $OV2

@@ -75,15 +75,17 @@ lane1() {
 rm -f "$R/sft.failed"
 log "begin: $(python3 -c 'import torch; print(torch.__version__, torch.cuda.device_count(), "GPUs")')"
 # The Triton decode and sampling kernels must pass their GPU tests before anything relies on them;
-# a failure switches that kernel off (R1_DECODE=sdpa / R1_SAMPLE=torch) for the whole job.
+# a failure switches that kernel off (kernels.decode=sdpa / kernels.sample=torch) for every run of the job.
 phase check-decode env CUDA_VISIBLE_DEVICES=$GA python3 -m pytest -q -x -m gpu tests/test_decode_kernel.py \
   -p no:cacheprovider &
 phase check-sample env CUDA_VISIBLE_DEVICES=$GB python3 -m pytest -q -x -m gpu tests/test_sample_kernel.py \
   -p no:cacheprovider &
 wait
-[ -e "$R/check-decode.done" ] || export R1_DECODE=sdpa
-[ -e "$R/check-sample.done" ] || export R1_SAMPLE=torch
-log "kernels: R1_DECODE=${R1_DECODE:-triton} R1_SAMPLE=${R1_SAMPLE:-triton}"
+K=""
+[ -e "$R/check-decode.done" ] || K="$K kernels.decode=sdpa"
+[ -e "$R/check-sample.done" ] || K="$K kernels.sample=torch"
+C="$C$K"
+log "kernels:${K:- the defaults}"
 [ -n "${PRE:-}" ] && phase pre env CUDA_VISIBLE_DEVICES=$GA bash -c "$PRE"
 case "${LANES:-0 1}" in *0*) lane0 & ;; esac
 case "${LANES:-0 1}" in *1*) lane1 & ;; esac
@@ -91,6 +93,6 @@ wait
 # issue 6: the main config over 2 GPUs with FSDP2 (from the GGUF, a few iterations), and the quickstart on one GPU
 phase fsdp torchrun --standalone --nproc_per_node=2 train.py $C model.path="$M" run.dir="$R/fsdp" train.steps=3 \
   eval.every=0 train.checkpoint_every=3
-phase quickstart env CUDA_VISIBLE_DEVICES=$GA python3 train.py --config configs/quickstart.yaml run.dir="$R/quickstart" \
+phase quickstart env CUDA_VISIBLE_DEVICES=$GA python3 train.py --config configs/quickstart.yaml run.dir="$R/quickstart" $K \
   log.progress=false
 finish; exit $?

@@ -2,7 +2,7 @@
 # Issue 21, mixed steps (r1/generate.py `mix`: observations prefilled in the first decode step of their chunk),
 # on one GPU, no model file needed: the GPU tests, then the agent-loop benchmark of the Qwen2.5-3B shape and of
 # the SmolLM2-135M shape. Each runs the defaults (instrumented, --gap), then the schedules listed on the same
-# generator: N-nomix prefills observations in forwards of their own (R1_MIX=0), N mixes them; each listed twice
+# generator: N-nomix prefills observations in forwards of their own (kernels.mixed_steps=false), N mixes them; each listed twice
 # shows the run-to-run spread. BENCH=1 then runs the single-turn 3B benchmark against HF generate.
 #   bench/h200_mix.sh RESULTS_DIR [TOKENIZER]   (TOKENIZER: an HF tokenizer folder where the GGUF package is absent)
 #   env: S3B, S135 (schedules), TESTS=0 (skip the GPU tests), BENCH

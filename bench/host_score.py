@@ -33,7 +33,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from r1 import packing  # noqa: E402
-from r1.config import USER_ERRORS, load_config, run_main  # noqa: E402
+from r1.config import load_config  # noqa: E402
+from r1.exits import USER_ERRORS, run_main  # noqa: E402
 from r1.credit import compute, credit_inputs, sampler_logprobs, score_metrics, step_rewards  # noqa: E402
 from r1.distributed import Dist  # noqa: E402
 from r1.learner import Scores  # noqa: E402

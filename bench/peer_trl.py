@@ -18,7 +18,7 @@ Why it is built this way:
 - The system prompt holds our calculator schema block verbatim (the template ignores the schemas
   TRL passes, which transformers builds from a docstring and would word differently); the tool
   runs our calculator; the reward is r1.tasks.gsm8k.score of the last turn, 0 when an episode
-  ends on a tool call (our env at max_steps). Our side runs with env.malformed_penalty=0 so
+  ends on a tool call (our env at max_steps). Our side runs with env.rewards.malformed=0 so
   both optimise the same reward.
 - The settings the issue names come from configs/gsm8k_tool.yaml: 64 prompts x 8, lr 1e-5,
   temperature 1, 192 new tokens a turn, 6 turns (5 tool rounds), 4 optimizer steps per batch of
@@ -352,6 +352,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from r1.config import run_main
+    from r1.exits import run_main
 
     run_main(main)

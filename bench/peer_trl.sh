@@ -15,7 +15,7 @@
 #   then, both GPUs at once: ours (train.py, GRPO, GPU 0) and trl (bench/peer_trl.py train, GPU 1), GPU
 #   memory sampled by nvidia-smi every 0.5 s; then eval-ours and eval-trl side by side; then the report.
 # Our side runs GRPO (TRL's algorithm family; no critic, no reference, as TRL's beta 0) with
-# env.malformed_penalty=0 so both optimise the plain score; the rest is configs/gsm8k_tool.yaml.
+# env.rewards.malformed=0 so both optimise the plain score; the rest is configs/gsm8k_tool.yaml.
 set -u
 M=$1; R=$2; mkdir -p "$R"
 W=${PEER_SECONDS:-300}; SFT_STEPS=${SFT_STEPS:-467}; CLI_TIME=${CLI_TIME:-0}
@@ -48,7 +48,7 @@ wait
 
 nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits -lms 500 > "$R/smi.csv" 2>/dev/null & S=$!
 phase ours env CUDA_VISIBLE_DEVICES=0 python3 train.py $C model.path="$R/sft/hf" train.sft_steps=0 run.dir="$R/ours" \
-  algo.advantage=grpo env.malformed_penalty=0 train.time_limit=$W train.steps=100000 train.checkpoint_every=100000 \
+  algo.advantage=grpo env.rewards.malformed=0 train.time_limit=$W train.steps=100000 train.checkpoint_every=100000 \
   eval.every=0 ${OURS_EXTRA:-} & P1=$!
 phase trl env CUDA_VISIBLE_DEVICES=1 python3 bench/peer_trl.py train --model "$R/sft/hf" --tokenizer "$R/sft/hf" \
   --out "$R/trl" --seconds $W ${TRL_EXTRA:-} & P2=$!

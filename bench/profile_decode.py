@@ -10,7 +10,7 @@ Kernel names are matched by substrings (cuBLAS/CUTLASS GEMMs, our Triton
 kernels by function name); anything unmatched is reported under "other".
 
     python bench/profile_decode.py [--model 3b|135m] [--batch 256] [--prompt 256] [--new 64] [--eager]
-    R1_SAMPLE=torch python bench/profile_decode.py     # the torch sampling path, for comparison
+    python bench/profile_decode.py --torch-sample      # the torch sampling path, for comparison
 
 On a machine without CUDA it runs the 135m shape for a few tokens on the CPU
 (CPU operator times, for checking the script), unless --model says otherwise.
@@ -57,6 +57,7 @@ def main():
     p.add_argument("--top", type=int, default=15)
     p.add_argument("--eager", action="store_true", help="no CUDA graphs (kernels inside graph replays are "
                    "normally traced too; this checks the split does not depend on it)")
+    p.add_argument("--torch-sample", action="store_true", help="the torch sampling path (kernels.sample=torch)")
     a = p.parse_args()
     cuda = torch.cuda.is_available()
     dev = "cuda" if cuda else "cpu"
@@ -69,7 +70,7 @@ def main():
         model = Transformer(cfg).to(torch.bfloat16 if cuda else torch.float32).eval().requires_grad_(False)
     prompts = torch.randint(100, cfg.vocab_size - 100, (a.batch, a.prompt)).tolist()
     gen = Generator(model, slots=a.batch, max_len=a.prompt + a.new + 8, cuda_graphs=cuda and not a.eager,
-                    sync_every=32)
+                    sync_every=32, triton_sample=not a.torch_sample)
     s = Sampling(temperature=1.0, seed=0)
     gen.generate(prompts, 8, s)  # warm-up: prefill, compiles, graph capture
     gen.generate(prompts, 1, s)  # the prefill alone, to subtract below
@@ -105,8 +106,8 @@ def main():
     res = {"name": "profile_decode", "model": f"{name}-shape", "batch": a.batch, "prompt": a.prompt, "new": a.new,
            "device": torch.cuda.get_device_name() if cuda else "cpu", "torch": torch.__version__,
            "time": "GPU kernel time" if cuda else "CPU self time (script check only)",
-           "cuda_graphs": cuda and not a.eager, "sample_path": os.environ.get("R1_SAMPLE", "triton") if cuda else "torch",
-           "decode_attention": os.environ.get("R1_DECODE", "triton") if cuda else "math",
+           "cuda_graphs": cuda and not a.eager, "sample_path": "torch" if a.torch_sample or not cuda else "triton",
+           "decode_attention": "triton" if cuda else "math",
            **paths_in_use(cuda),
            "ms_per_step_total": round(sum(by_kind.values()), 3),
            "ms_per_step_by_kind": {k: round(v, 3) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},

@@ -9,7 +9,8 @@ measured copy bandwidth, FLOPs over the measured bf16 matmul rate).
 
     python bench/rollout.py [--models 3b,135m] [--batches 64,256] [--save [PATH]] [--no-peer]
     python bench/rollout.py --models 3b --batches 256 --lora 16   # the LoRA generator's decode: adapters vs none
-    R1_COMPILE=0 python bench/rollout.py ...   # without the fused elementwise ops (r1/model.py compile_ops)
+    python bench/rollout.py --eager-ops ...    # without the fused elementwise ops (kernels.compile=false)
+    python bench/rollout.py --no-graphs ...    # decode without CUDA graphs
 """
 import argparse
 import datetime
@@ -22,7 +23,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from r1.generate import Generator, Sampling  # noqa: E402
-from r1.model import ModelConfig, Transformer, paths_in_use  # noqa: E402
+from r1.model import ModelConfig, Transformer, paths_in_use, use_ops  # noqa: E402
 
 SHAPES = {
     "3b": ModelConfig(arch="qwen2", vocab_size=151936, hidden_size=2048, intermediate_size=11008, num_layers=36,
@@ -37,6 +38,8 @@ SHAPES = {
     "135m": ModelConfig(arch="llama", vocab_size=49152, hidden_size=576, intermediate_size=1536, num_layers=30,
                         num_heads=9, num_kv_heads=3, head_dim=64, rope_theta=1e5, rms_eps=1e-5, tie_embeddings=True),
 }
+
+GRAPHS = True  # --no-graphs: decode without CUDA graphs
 
 
 def measure_ceilings():
@@ -91,7 +94,7 @@ def ours(cfg, batch, prompt_len, new, seed=0, lora=0, variant="plain"):
     forward = L.LoRALinear.forward
     if variant == "separate":
         L.LoRALinear.forward = separate_lora_forward
-    gen = Generator(model, slots=batch, max_len=prompt_len + new + 8, cuda_graphs=os.environ.get("R1_GRAPHS", "1") == "1", sync_every=32,
+    gen = Generator(model, slots=batch, max_len=prompt_len + new + 8, cuda_graphs=GRAPHS, sync_every=32,
                     **({"fuse": False} if variant == "unfused" else {}))
     s = Sampling(temperature=1.0, seed=seed)
     gen.generate(prompts, 8, s)  # warm-up: prefill + graph capture
@@ -159,13 +162,19 @@ def main():
                    "plain, unfused, adapters, separate; see ours()), same run, no peer")
     p.add_argument("--save", nargs="?", const="bench/results/rollout_h200.json", default=None,
                    help="write the results as JSON (default path bench/results/rollout_h200.json)")
+    p.add_argument("--eager-ops", action="store_true", help="eager elementwise ops (kernels.compile=false)")
+    p.add_argument("--no-graphs", action="store_true", help="decode without CUDA graphs")
     a = p.parse_args()
+    global GRAPHS
+    GRAPHS = not a.no_graphs
+    if a.eager_ops:
+        use_ops("false")
     import transformers
 
     bw, peak = measure_ceilings()
     env = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "transformers": transformers.__version__,
            "date": datetime.date.today().isoformat(), "copy_bw_GBps": round(bw / 1e9), "bf16_tflops": round(peak / 1e12),
-           "sample_path": os.environ.get("R1_SAMPLE", "triton"), "decode_attention": os.environ.get("R1_DECODE", "triton"),
+           "sample_path": "triton", "decode_attention": "triton", "cuda_graphs": GRAPHS,
            **paths_in_use(torch.cuda.is_available())}
     print(json.dumps({"name": "ceilings", **env}), flush=True)
     results = []

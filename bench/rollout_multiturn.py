@@ -9,7 +9,7 @@ Random weights of a real shape, bf16, CUDA graphs as in the trainer.
 Sampling noise is keyed by (seed, episode, position), so both paths should
 sample the same tokens up to bf16 kernel differences (counted in the last
 line). Prints one JSON object per chunk path: `batched` (one padded SDPA call per
-layer, kernels/attention.py::_sdpa_chunks) and `loop` (R1_CHUNKS=loop, the
+layer, kernels/attention.py::_sdpa_chunks) and `loop` (kernels.chunks=loop, the
 per-row loop with host syncs), with new tokens/s and the ratio. On a machine
 without CUDA it runs a tiny shape on the CPU, through the same code, as a check.
 
@@ -26,6 +26,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.rollout import SHAPES  # noqa: E402
+from kernels import attention  # noqa: E402
 from r1.envs.base import Env, Observation  # noqa: E402
 from r1.generate import Generator, Sampling  # noqa: E402
 from r1.model import Transformer, tiny_config  # noqa: E402
@@ -58,7 +59,7 @@ class ScriptedEnv(Env):
 
 
 def run(model, a, cache_len, chunks):
-    os.environ["R1_CHUNKS"] = chunks
+    attention.PATHS.chunks = chunks
     cuda = next(model.parameters()).is_cuda
     gen = Generator(model, a.episodes, cache_len, cuda_graphs=cuda)
     gen.set_sampling(Sampling(temperature=1.0, seed=0))
@@ -96,7 +97,7 @@ def main():
             min(a.new, 6), min(a.obs, 4)
         cfg = tiny_config("llama", tie=True, vocab_size=1200)
         model = Transformer(cfg).eval()
-        os.environ.setdefault("R1_ATTN", "sdpa")  # the CPU check runs the GPU's cache paths (math would take both)
+        attention.PATHS.attention = attention.PATHS.attention or "sdpa"  # the CPU check runs the GPU's cache paths (math would take both)
     cache_len = a.prompt + a.turns * (a.new + a.obs) + 8
     res, toks = {}, {}
     for chunks in ("batched", "loop"):
@@ -107,7 +108,7 @@ def main():
                           "new": a.new, "obs": a.obs, "new_tokens": n, "seconds": round(dt, 3),
                           "tok_s": round(n / dt), "device": torch.cuda.get_device_name() if cuda else "cpu",
                           "torch": torch.__version__, "date": datetime.date.today().isoformat()}), flush=True)
-    os.environ.pop("R1_CHUNKS", None)
+    attention.PATHS.chunks = ""
     (nb, tb), (nl, tl) = res["batched"], res["loop"]
     same = sum(x == y for x, y in zip(toks["batched"], toks["loop"]))
     print(json.dumps({"name": "rollout_multiturn_ratio", "batched_over_loop": round((nb / tb) / (nl / tl), 2),

@@ -30,7 +30,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from r1.config import USER_ERRORS, run_main  # noqa: E402
+from r1.exits import USER_ERRORS, run_main  # noqa: E402
 from r1.trajectory import EVAL_FILE, load  # noqa: E402
 
 

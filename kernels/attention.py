@@ -31,26 +31,26 @@ graph can be captured), and chunks with a known max_kv take `_sdpa_chunks`.
 
 Decode (one query per row) where `varlen_attn` does not read the cache
 (torch 2.11 has no seqused_k/block_table; on newer torch the paged path is
-opt-in with R1_PAGED=1, untested on a GPU) and flash_attn is absent: the Triton
+opt-in with kernels.paged=true, untested on a GPU) and flash_attn is absent: the Triton
 kernel of kernels/triton_decode.py reads each row's valid keys in place.
 Without triton it falls back to `_sdpa_decode`, which gathers every row's
-whole slot (all L positions) per layer per step. R1_ATTN forces a backend
-for every call, training included: R1_ATTN=sdpa gives that gather+SDPA decode
-(the old behaviour), R1_ATTN=triton the kernel even where the paged torch path
-exists. With R1_ATTN=sdpa, chunks take the batched SDPA path and training
-the math path; with R1_ATTN=triton, everything but decode takes the math path.
-R1_DECODE=sdpa switches the decode step alone back to gather+SDPA, and
-R1_CHUNKS=sdpa sends chunks to the padded SDPA call, R1_CHUNKS=loop to the
+whole slot (all L positions) per layer per step. kernels.attention forces a backend
+for every call, training included: kernels.attention=sdpa gives that gather+SDPA decode
+(the old behaviour), kernels.attention=triton the kernel even where the paged torch path
+exists. With kernels.attention=sdpa, chunks take the batched SDPA path and training
+the math path; with kernels.attention=triton, everything but decode takes the math path.
+kernels.decode=sdpa switches the decode step alone back to gather+SDPA, and
+kernels.chunks=sdpa sends chunks to the padded SDPA call, kernels.chunks=loop to the
 per-row loop (all for comparisons).
 
 fa4 takes packed causal attention (training forward and backward through its
 autograd function, scoring, a generator's first prompts): native GQA, no K/V
 repeated, the only backend that needs no copy for 16 q / 2 kv heads on torch
 2.11. Its import is guarded (any error: absent, silently, so the CPU and GPUs
-without the package run as before); R1_FA4=0 stops picking it, R1_ATTN=fa4
+without the package run as before); kernels.fa4=false stops picking it, kernels.attention=fa4
 forces it (a one-line error where it cannot run). Cache reads (decode, chunks)
-stay on the Triton kernels unless R1_FA4_CACHE=1 sends them to fa4 through a
-page table of one page per slot and seqused_k (or R1_ATTN=fa4): on one H200
+stay on the Triton kernels unless kernels.fa4_cache=true sends them to fa4 through a
+page table of one page per slot and seqused_k (or kernels.attention=fa4): on one H200
 (2026-12-01, bench/h200_fa4.sh) a decode step of 256 rows took fa4 62 us against
 Triton's 34 us, and the 3B-shape agent loop ran at 0.71x, so Triton stays the
 default for cache reads (bench/results/attention_h200.json). The package is a beta whose
@@ -61,7 +61,7 @@ that builds a graph (a backward that moved would otherwise fail mid-update).
 """
 import functools
 import inspect
-import os
+import types
 import warnings
 
 import torch
@@ -93,9 +93,24 @@ except ImportError:  # pragma: no cover - depends on the machine
 # torch's varlen_attn gained seqused_k/block_table (KV-cache reads) after 2.10; older ones cannot read a cache.
 _PARAMS = inspect.signature(varlen_attn).parameters if varlen_attn is not None else {}
 GQA = "enable_gqa" in _PARAMS  # torch 2.11's varlen_attn lacks it: K/V heads are repeated instead
-# Reading the cache through varlen_attn's block table (one page per slot) is opt-in, R1_PAGED=1, until it
+# Reading the cache through varlen_attn's block table (one page per slot) is opt-in, paged=True, until it
 # has been checked on a GPU: the Triton decode kernel and the batched chunk path have been (torch 2.11).
-PAGED = "block_table" in _PARAMS and GQA and os.environ.get("R1_PAGED") == "1"
+PAGED = False
+
+# The process's choice of paths (the config's kernels.* keys, set once by `use` as a run starts; the defaults
+# are the automatic picks): attention forces a backend for every call ("" = pick), decode="sdpa" and
+# chunks="sdpa"/"loop" send those calls alone to the older paths, fa4=False stops picking fa4, fa4_cache=True
+# lets a picked fa4 read the KV cache too.
+PATHS = types.SimpleNamespace(attention="", decode="", chunks="", fa4=True, fa4_cache=False)
+
+
+def use(attention: str = "auto", decode: str = "auto", chunks: str = "auto", fa4: bool = True,
+        fa4_cache: bool = False, paged: bool = False):
+    """Set the process's attention paths (PATHS, PAGED); "auto" = the automatic pick."""
+    global PAGED
+    PATHS.attention, PATHS.decode, PATHS.chunks = (v if v != "auto" else "" for v in (attention, decode, chunks))
+    PATHS.fa4, PATHS.fa4_cache = fa4, fa4_cache
+    PAGED = "block_table" in _PARAMS and GQA and paged
 
 
 def _disable_paged():
@@ -132,18 +147,19 @@ def fa4_refusal(q: torch.Tensor) -> str:
 
 
 def fa4_reads_cache() -> bool:
-    """R1_FA4_CACHE=1: an automatically picked fa4 reads the KV cache too (decode, chunks); else Triton."""
-    return os.environ.get("R1_FA4_CACHE") == "1"
+    """fa4_cache=True (kernels.fa4_cache): an automatically picked fa4 reads the KV cache too (decode, chunks);
+    else Triton."""
+    return PATHS.fa4_cache
 
 
 def pick_backend(q: torch.Tensor) -> str:
-    """'fa4', 'flash_attn', 'torch_flash' or 'math' for a query tensor; R1_ATTN overrides."""
-    forced = os.environ.get("R1_ATTN")
+    """'fa4', 'flash_attn', 'torch_flash' or 'math' for a query tensor; PATHS.attention overrides."""
+    forced = PATHS.attention
     if forced == "fa4" and fa4_refusal(q):
-        raise RuntimeError(f"R1_ATTN=fa4: {fa4_refusal(q)}")
+        raise RuntimeError(f"kernels.attention=fa4: {fa4_refusal(q)}")
     if forced:
         return forced
-    if fa4_varlen_func is not None and os.environ.get("R1_FA4") != "0" and not fa4_refusal(q):
+    if fa4_varlen_func is not None and PATHS.fa4 and not fa4_refusal(q):
         return "fa4"
     return _without_fa4(q)
 
@@ -226,7 +242,7 @@ def cache_attention(q, k_cache, v_cache, cu_q, max_q: int, rows, kv_lens, backen
     length, decode rows among them (a mixed step, r1/generate.py): where the Triton
     chunk kernel is the backend, by_row_attention takes them (no max_q needed).
     """
-    picked = backend is None and not os.environ.get("R1_ATTN")
+    picked = backend is None and not PATHS.attention
     backend = backend or pick_backend(q)
     B = rows.shape[0]
     decode = q.shape[0] == B and max_q == 1
@@ -272,8 +288,8 @@ def cache_attention(q, k_cache, v_cache, cu_q, max_q: int, rows, kv_lens, backen
         out = flash_attn_with_kvcache(q[:, None], k_cache, v_cache, cache_seqlens=kv_lens,
                                       cache_batch_idx=rows.to(torch.int32), causal=True)
         return out[:, 0]
-    if backend in ("sdpa", "flash_attn") and os.environ.get("R1_CHUNKS") != "loop":
-        # chunks (continuations): one padded SDPA call, not a loop over rows (R1_CHUNKS=loop: the loop)
+    if backend in ("sdpa", "flash_attn") and PATHS.chunks != "loop":
+        # chunks (continuations): one padded SDPA call, not a loop over rows (chunks="loop": the loop)
         return _sdpa_chunks(q, k_cache, v_cache, cu_q, max_q, rows, kv_lens, max_kv or k_cache.shape[1])
     bounds, lens, slots = cu_q.tolist(), kv_lens.tolist(), rows.tolist()
     out = torch.empty_like(q)
@@ -370,14 +386,14 @@ def _decode_fallback(q, k_cache, v_cache, decode):
     """'triton' for a CUDA fp16/bf16 decode step the Triton kernel can take, 'triton_chunk' for such a
     chunk, else 'sdpa'.
 
-    R1_DECODE=sdpa keeps the gather+SDPA decode while every other call keeps its fast backend;
-    R1_CHUNKS=sdpa (the batched padded SDPA call) or loop (the per-row loop) does the same for chunks.
+    decode="sdpa" (PATHS) keeps the gather+SDPA decode while every other call keeps its fast backend;
+    chunks="sdpa" (the batched padded SDPA call) or "loop" (the per-row loop) does the same for chunks.
     """
     fits = (triton_decode is not None and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16)
             and triton_decode.supports(q, k_cache, v_cache))
     if decode:
-        return "triton" if fits and os.environ.get("R1_DECODE") != "sdpa" else "sdpa"
-    return "triton_chunk" if fits and os.environ.get("R1_CHUNKS") not in ("sdpa", "loop") else "sdpa"
+        return "triton" if fits and PATHS.decode != "sdpa" else "sdpa"
+    return "triton_chunk" if fits and PATHS.chunks not in ("sdpa", "loop") else "sdpa"
 
 
 def _sdpa_decode(q, k, v, kv_lens):

@@ -24,7 +24,7 @@ Design, from kernels/triton_decode.py:
 - kv_lens are clamped to L; a row with no new query does nothing.
 
 `chunk_attention` is the entry point; kernels/attention.py::cache_attention
-calls it for chunks on CUDA in fp16/bf16 (R1_CHUNKS=sdpa or loop: the older
+calls it for chunks on CUDA in fp16/bf16 (kernels.chunks=sdpa or loop: the older
 paths). tests/test_attention.py checks it against the per-row reference,
 under TRITON_INTERPRET=1 on the CPU and on CUDA.
 """

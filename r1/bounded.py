@@ -4,7 +4,7 @@ the folder it was named from.
 A FIFO given as a config blocks `open()` until someone writes to it; `/dev/zero` never ends; a 3 MB
 `.jsonl.gz` can inflate to gigabytes; a model folder's index can name `../../x.safetensors`. Each of
 these is one `ValueError` naming the file, which train.py, eval.py and the `python -m r1.*` commands
-print as one `error:` line with exit status 2 (`r1.config.USER_ERRORS`).
+print as one `error:` line with exit status 2 (`r1.exits.USER_ERRORS`).
 
 Checked at open, not before: a file is opened non-blocking (so a FIFO without a writer cannot hang the
 open), then `fstat`-ed, so what is checked is what is read. A path inside a folder the user named is

@@ -26,8 +26,8 @@ extend live rows (continuations, and the generator's mixed steps, where decode
 rows bring one token each), the Triton decode and chunk kernels by row
 (CacheStep.by_row), which need not even max_q: those graphs are keyed by token
 and row buckets only, with pad rows of PAD_Q tokens, so the shapes a rollout
-meets stop being new after a few iterations. CUDA fp16/bf16, with no R1_ATTN /
-R1_CHUNKS override. R1_CHUNK_GRAPHS=0 turns it off (for comparisons).
+meets stop being new after a few iterations. CUDA fp16/bf16, with no kernels.attention /
+kernels.chunks override. kernels.chunk_graphs=false turns it off (for comparisons).
 
 Under train.overlap a graph is captured only while no other thread works on the
 GPU (`hold_captures`): a device-wide synchronize in another thread while one
@@ -38,14 +38,13 @@ that chunk or decode step runs eagerly and the shape is captured the next time
 it comes while nothing holds captures (under overlap that is rare once warm:
 the rollout usually ends before the update; `captures_deferred` counts them).
 """
-import os
 import threading
 import time
 
 import torch
 
 from kernels import attention
-from r1.model import CacheStep, eager_fallbacks, switch, tracing
+from r1.model import CacheStep, eager_fallbacks, tracing
 
 MIN_Q = 16  # the Triton chunk kernel's query block
 PAD_Q = 32  # the length of a pad row in a by_row chunk
@@ -98,9 +97,9 @@ def pad(ids, pos, token_rows, rows, cu, kv_lens, shape, scratch: int):
 
 def usable(model, generator) -> bool:
     """True where a chunk's forward can be captured: CUDA fp16/bf16 with the graph-safe attention kernels."""
-    if not switch("R1_CHUNK_GRAPHS") or not generator.cuda_graphs:
+    if not generator.use_chunk_graphs or not generator.cuda_graphs:
         return False
-    if os.environ.get("R1_ATTN") or os.environ.get("R1_CHUNKS"):
+    if attention.PATHS.attention or attention.PATHS.chunks:
         return False
     if generator.dtype not in (torch.float16, torch.bfloat16):
         return False

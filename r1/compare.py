@@ -82,6 +82,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from r1.config import run_main
+    from r1.exits import run_main
 
     run_main(main)

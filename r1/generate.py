@@ -13,7 +13,7 @@ attention call differs: a cache instead of packed sequences).
 - Continuous batching: `step()` = `launch()` (admit queued requests, queue a
   chunk of `sync_every` decode steps) then `finish()` (one host sync, stop
   checks: EOS / end-of-turn ids, stop strings on decoded text, max tokens).
-- Overlap (CUDA; R1_OVERLAP=0 off): launch() may queue the next chunk while
+- Overlap (CUDA; overlap=False off; config kernels.launch_ahead): launch() may queue the next chunk while
   one is in flight and finish(keep=1) collects the older one, so the GPU
   never waits for the host's work between chunks. Tokens a finished row
   decodes in the newer chunk are dropped and never read.
@@ -22,11 +22,11 @@ attention call differs: a cache instead of packed sequences).
   the first's cache rows and last hidden state, then sample with their own
   noise (docs/LOG.md: a rollout of 512 GSM8K episodes forwards 23,500 prompt
   tokens instead of 187,600).
-- Mixed steps (CUDA; R1_MIX=0 off): observations appended to live rows are
+- Mixed steps (CUDA; mix=False off; config kernels.mixed_steps): observations appended to live rows are
   prefilled inside the first decode step of a chunk, one forward for both.
 - CUDA graphs for decode (per batch bucket) and prefill chunks
   (r1/chunk_graphs.py); fused q/k/v and gate/up matmuls for a model without
-  gradients (r1/model.py fuse_projections; R1_FUSE=0 off).
+  gradients (r1/model.py fuse_projections; fuse=False off; config kernels.fuse).
 
 Logprob definition: log softmax(logits / T)[y] over the FULL vocabulary at
 the rollout temperature, even under top-k/top-p, because that is what the
@@ -39,14 +39,13 @@ docs/LOG.md.
 """
 import hashlib
 import heapq
-import os
 from collections import deque
 from dataclasses import dataclass, field
 
 import torch
 
 from r1.chunk_graphs import CaptureDeferred, ChunkGraphs, capture, defer_if_held
-from r1.model import CacheStep, KVCache, Transformer, fuse_projections, switch
+from r1.model import CacheStep, KVCache, Transformer, fuse_projections
 
 try:  # Triton is optional: absent in the CPU build of torch
     from kernels import triton_sample
@@ -141,7 +140,7 @@ def sample(logits, s: Sampling, seeds=None, positions=None, use_triton=None):
 
     seeds [B], positions [B] (int64) key the sampling noise per row and token
     position (see row_noise); without them, noise comes from torch's RNG.
-    use_triton: None uses the kernel below where it applies, False never (nor with R1_SAMPLE=torch).
+    use_triton: None uses the kernel below where it applies, False never (a Generator's triton_sample=False, config kernels.sample=torch).
 
     The sample is an exponential race in the log domain: with z = logits * (1/T)
     (masked by top-k/top-p) and q ~ Exponential(1), tok = argmax(z - log q),
@@ -157,7 +156,7 @@ def sample(logits, s: Sampling, seeds=None, positions=None, use_triton=None):
     in one pass over the logits, in their own dtype (tests/test_sample_kernel.py).
     """
     if (use_triton is not False and triton_sample is not None and logits.is_cuda and seeds is not None
-            and s.top_k <= 0 and s.top_p >= 1.0 and os.environ.get("R1_SAMPLE") != "torch"):
+            and s.top_k <= 0 and s.top_p >= 1.0):
         return triton_sample.sample(logits, s.temperature, seeds, positions)
     logits = logits.float()
     if s.temperature <= 0:
@@ -187,7 +186,8 @@ class Generator:
     def __init__(self, model: Transformer, slots: int, max_len: int, stop_ids=(), stop_strings=(), decode=None,
                  sampling: Sampling | None = None, sync_every: int | None = None, prefill_tokens: int = 8192,
                  cuda_graphs: bool = False, fuse: bool | None = None, overlap: bool | None = None,
-                 mix: bool | None = None, share_prompt: bool = False):
+                 mix: bool | None = None, share_prompt: bool = False, chunk_graphs: bool = True,
+                 triton_sample: bool = True):
         if max_len < 2 or slots < 1 or prefill_tokens < 1:
             raise ValueError(f"generator needs slots >= 1, max_len >= 2 and prefill_tokens >= 1, got slots={slots} "
                              f"max_len={max_len} prefill_tokens={prefill_tokens}")
@@ -214,21 +214,22 @@ class Generator:
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
         self.graphs: dict = {}
         self.pending: deque = deque()  # _Launch records that finish() has not collected, oldest first
-        if overlap is None:  # launch() with one launch in flight: CUDA (R1_OVERLAP=0 off)
-            overlap = self.device.type == "cuda" and switch("R1_OVERLAP")
+        if overlap is None:  # launch() with one launch in flight: CUDA (config kernels.launch_ahead)
+            overlap = self.device.type == "cuda"
         self.overlap = overlap
-        if mix is None:  # continuations prefilled in the first decode step of their chunk: CUDA (R1_MIX=0 off)
-            mix = self.device.type == "cuda" and switch("R1_MIX")
+        if mix is None:  # continuations prefilled in the first decode step of their chunk: CUDA (kernels.mixed_steps)
+            mix = self.device.type == "cuda"
         self.mix = mix
         self.share_prompt = share_prompt  # identical new prompts of one admission prefilled once (_admit)
         # Steps per chunk (launch(steps) overrides it: the agent loop takes shorter chunks, r1/rollout.py).
         self.sync_every = sync_every or (16 if self.device.type == "cuda" else 1)
         self.last_tok = torch.zeros(slots + 1, dtype=torch.long, device=self.device)  # each slot's token to feed
-        if fuse is None:  # generation-only models on the GPU (R1_FUSE=0: off): +3.4% with compiled ops, 0 without
-            fuse = (self.device.type == "cuda" and not any(q.requires_grad for q in model.parameters())
-                    and switch("R1_FUSE"))
+        if fuse is None:  # generation-only models on the GPU (kernels.fuse): +3.4% with compiled ops, 0 without
+            fuse = self.device.type == "cuda" and not any(q.requires_grad for q in model.parameters())
         if fuse:
             fuse_projections(model)
+        self.use_chunk_graphs = chunk_graphs  # prefill chunks replayed as CUDA graphs (r1/chunk_graphs.usable)
+        self.use_triton = None if triton_sample else False  # sample(): the Triton kernel where it applies, or never
         self.chunk_graphs = ChunkGraphs(self, BUCKETS) if self.cuda_graphs else None  # prefill chunks, bucketed
 
     # -- public API --------------------------------------------------------
@@ -418,7 +419,7 @@ class Generator:
                 last_hidden[id(r)] = last_hidden[id(lead)]
         logits = self.model.head(torch.stack([last_hidden[id(r)] for r in starts]))  # model dtype: sample upcasts
         meta = self._to_device([[r.seed for r in starts], [len(r.prompt) for r in starts], [r.slot for r in starts]])
-        tok, lp = sample(logits, self.sampling, meta[0], meta[1])
+        tok, lp = sample(logits, self.sampling, meta[0], meta[1], self.use_triton)
         self.last_tok[meta[2]] = tok  # the first decode step feeds it; the host reads it at finish()
         for r in starts:
             r.pos, r.sampled = len(r.prompt), 1
@@ -529,7 +530,7 @@ class Generator:
         first = 1 if joining else 0
         for i in range(first, n):
             logits = self._decode_logits(tok, pos, slots, longest + i - first)
-            tok, lp = sample(logits, self.sampling, seeds, pos + 1)
+            tok, lp = sample(logits, self.sampling, seeds, pos + 1, self.use_triton)
             out_tok[i], out_lp[i] = tok, lp
             pos = pos + 1
         self.last_tok[slots] = tok  # pad rows write the scratch slot's entry, which no row feeds
@@ -549,7 +550,7 @@ class Generator:
             end += len(j.prompt) - j.pos
             ends.append(end)
         logits = self.model.head(h.index_select(0, self._to_device(ends)))  # a copy: h may be a graph's buffer
-        return sample(logits, self.sampling, seeds, positions)
+        return sample(logits, self.sampling, seeds, positions, self.use_triton)
 
     def _collect_launch(self, rec: _Launch) -> list[Completion]:
         """The host side of one launch: wait for its event (not for younger launches), append its tokens

@@ -107,9 +107,9 @@ def dtype_bytes(name: str) -> int:
 
 def rollout_dtype_bytes(cfg: Config, device_type: str) -> int:
     """r1/run.py resolve_dtype: auto = bfloat16 on CUDA, float32 on the CPU."""
-    if cfg.run.dtype == "auto":
+    if cfg.rollout.dtype == "auto":
         return 2 if device_type == "cuda" else 4
-    return dtype_bytes(cfg.run.dtype)
+    return dtype_bytes(cfg.rollout.dtype)
 
 
 # ------------------------------------------------------------------ shapes

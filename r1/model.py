@@ -14,7 +14,6 @@ form returning [B, T, vocab] logits. Parameter names are Hugging Face's, so
 checkpoints load without a name map. With `value_head=True` the LM head is
 replaced by a scalar head (the critic).
 """
-import os
 from dataclasses import asdict, dataclass, replace
 from types import SimpleNamespace
 
@@ -24,6 +23,7 @@ import torch.nn.functional as F
 
 from kernels.attention import block_map, cache_attention, varlen_attention
 from kernels.logprob import logprob_entropy
+from r1.environment import moved_switch
 
 ARCHS = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
 
@@ -164,7 +164,7 @@ def swiglu(gate, up):
 # The elementwise ops of a layer, looked up at call time so `compile_ops()` can swap in fused versions
 # for the whole process: the generator and the trainer then run the same kernels, as before.
 OPS = SimpleNamespace(rms_norm=rms_norm, add_rms_norm=add_rms_norm, rope_qk=rope_qk, rope_write=rope_write,
-                      swiglu=swiglu, fuse_train=False)  # fuse_train: see concat_linear (R1_FUSE_TRAIN=1)
+                      swiglu=swiglu, fuse_train=False, compile="auto")  # fuse_train: concat_linear; use_ops
 
 
 def compile_ops(on: bool | str = True):
@@ -174,8 +174,8 @@ def compile_ops(on: bool | str = True):
     inside a captured decode graph each still costs a few microseconds of GPU
     time, so a decode step spends milliseconds on them (docs/LOG.md). on=True
     compiles them for every device, on="cuda" for CUDA tensors only (the
-    default: R1_COMPILE unset; the CPU keeps eager ops, with no compiler and no
-    compile time), on=False restores eager (R1_COMPILE=0). Compiled ops can round differently from eager
+    default: kernels.compile=auto; the CPU keeps eager ops, with no compiler and no
+    compile time), on=False restores eager (kernels.compile=false). Compiled ops can round differently from eager
     ones by an ulp, sampler and trainer alike: both call the same OPS.
     """
     def cuda_only(fn):
@@ -229,38 +229,22 @@ def _compile(fn):
     return op
 
 
-def switch(name: str, default: bool = True) -> bool:
-    """A switch from the environment: 1 = on, 0 = off, unset = `default`, anything else an error."""
-    v = os.environ.get(name, "")
-    if v not in ("", "0", "1"):
-        raise ValueError(f"{name}={v!r}: use 0 (off) or 1 (on), or leave it unset ({'on' if default else 'off'})")
-    return default if v == "" else v == "1"
-
-
-def compile_mode():
-    """What R1_COMPILE asks for, as compile_ops takes it: unset = "cuda", 1 = True (everywhere), 0 = False."""
-    mode = os.environ.get("R1_COMPILE", "")
-    if mode not in ("", "0", "1"):
-        raise ValueError(f"R1_COMPILE={mode!r}: use 1 (compile everywhere), 0 (eager) or leave it unset (CUDA)")
-    return {"1": True, "0": False, "": "cuda"}[mode]
+def use_ops(compile: str = "auto", fuse_train: bool = False):
+    """The process's OPS, as the config's kernels.compile and kernels.fuse_train ask: compile auto = compiled
+    for CUDA tensors only, true = everywhere, false = eager (compile_ops); fuse_train: concat_linear."""
+    compile_ops({"auto": "cuda", "true": True, "false": False}[compile])
+    OPS.compile, OPS.fuse_train = compile, fuse_train
 
 
 def paths_in_use(cuda: bool) -> dict:
-    """What the environment selects, for benchmarks to record: compiled ops, fused projections (generator)."""
-    mode = compile_mode()
-    return {"compiled_ops": mode is True or (mode == "cuda" and cuda), "fused_projections": cuda and switch("R1_FUSE"),
-            "fused_train_projections": fuse_train_mode()}
+    """The paths OPS selects, for benchmarks to record: compiled ops, fused projections (a generator's default)."""
+    return {"compiled_ops": OPS.compile == "true" or (OPS.compile == "auto" and cuda), "fused_projections": cuda,
+            "fused_train_projections": OPS.fuse_train}
 
 
 def default_ops():
-    """The OPS that R1_COMPILE and R1_FUSE_TRAIN ask for (compile_mode, concat_linear)."""
-    compile_ops(compile_mode())
-    OPS.fuse_train = fuse_train_mode()
-
-
-def fuse_train_mode() -> bool:
-    """R1_FUSE_TRAIN: off unless set to 1 (a candidate for the update's speed, issue 31: off until measured)."""
-    return switch("R1_FUSE_TRAIN", default=False)
+    """The default OPS (kernels.compile=auto, kernels.fuse_train=false)."""
+    use_ops()
 
 
 @dataclass
@@ -379,7 +363,7 @@ def fuse_projections(model: "Transformer"):
     never go stale; so does a forward that wants gradients. Only for models
     that no optimizer holds: fusing replaces the Parameter objects. The
     generator calls this for CUDA models whose parameters need no gradient
-    unless R1_FUSE=0 (it pays with compiled ops only; docs/LOG.md).
+    unless kernels.fuse=false (it pays with compiled ops only; docs/LOG.md).
     """
     if any("lora_A" in mod._parameters for mod in model.modules()):
         # LoRA (r1/lora.py): a fused matmul would skip an adapted projection's adapters, and fusing the others
@@ -396,7 +380,7 @@ def fuse_projections(model: "Transformer"):
 
 def concat_linear(x, *linears):
     """One matmul for several linears of the same input, their weights concatenated in this forward
-    (R1_FUSE_TRAIN=1: the trainer's q/k/v and gate/up, which fuse_projections leaves apart because they
+    (kernels.fuse_train=true: the trainer's q/k/v and gate/up, which fuse_projections leaves apart because they
     want gradients). torch.cat is differentiable, so each parameter gets its slice of the gradient; under
     FSDP2 the forward sees the gathered parameters. What it saves: under autocast the fp32 input is cast
     to bf16 once instead of once per linear (three times for q/k/v), and two or three launches become one,
@@ -593,4 +577,13 @@ def pack(seqs: list[list[int]], device="cpu"):
     return ids, pos, cu, max(lens) if lens else 0
 
 
+def _refuse_moved_switches():
+    """An R1_* variable that once switched these paths (now config keys: r1/environment.py), still set, stops
+    any script that loads the model, not only train.py and eval.py: never silently ignored."""
+    moved = moved_switch()
+    if moved:
+        raise RuntimeError(moved)
+
+
+_refuse_moved_switches()
 default_ops()

@@ -10,7 +10,7 @@ Environment steps run on the loop's thread while the GPU decodes: with the
 generator's overlap (CUDA) each `Generator.step` launches the next chunk
 and collects the previous one, and the loop steps the environments of the
 turns that ended there and queues their next prompts; without it (CPU,
-R1_OVERLAP=0) the environments step between launch() and finish(). Chunks
+kernels.launch_ahead=false) the environments step between launch() and finish(). Chunks
 are short here (`sync_every`, 4 steps with overlap) so a turn that ends
 mid-chunk waits little for its observation; `workers > 0` keeps a thread
 pool for environments that block on I/O (the GIL makes it lose for

@@ -339,6 +339,9 @@ def _child(cfg: Config, model_cfg, slots: int, device: str, fraction: float, con
     if threads:
         torch.set_num_threads(threads)
     try:
+        from r1.run import use_kernels
+
+        use_kernels(cfg)  # a spawned process starts from the defaults: the run's kernels.* paths, as the trainer's
         if dev.type == "cuda":
             torch.cuda.set_device(dev)
             if fraction < 1:  # its planned share of run.memory_fraction (the trainer is capped at the rest)

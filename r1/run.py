@@ -14,16 +14,29 @@ import os
 import torch
 
 from r1 import checkpoint, distributed
-from r1.config import Config, ConfigError, NodeError, node_error
+from r1.config import Config, ConfigError
+from r1.exits import NodeError, node_error
 from r1.model import Transformer, tiny_config
 from r1.tokenizer import check_vocab, load_tokenizer
 
 
+def use_kernels(cfg: Config):
+    """The process-wide paths of config section kernels: the elementwise ops and the trained projections
+    (r1/model.py OPS) and the attention backends (kernels/attention.py PATHS). The generator's own switches
+    travel with it (r1/actor.py). Each process of a run calls it once, before its first forward."""
+    from kernels import attention
+    from r1.model import use_ops
+
+    k = cfg.kernels
+    use_ops(k.compile, k.fuse_train)
+    attention.use(k.attention, k.decode, k.chunks, k.fa4, k.fa4_cache, k.paged)
+
+
 def resolve_dtype(cfg: Config, device) -> torch.dtype:
-    """The rollout (and export) dtype: run.dtype, where auto is bfloat16 on CUDA and float32 elsewhere."""
-    if cfg.run.dtype == "auto":
+    """The rollout (and export) dtype: rollout.dtype, where auto is bfloat16 on CUDA and float32 elsewhere."""
+    if cfg.rollout.dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return getattr(torch, cfg.run.dtype)
+    return getattr(torch, cfg.rollout.dtype)
 
 
 def build_model(path: str, cfg: Config, tok, device, value_head=False, seed=0) -> Transformer:
@@ -57,7 +70,7 @@ def build_model(path: str, cfg: Config, tok, device, value_head=False, seed=0) -
 
 # Keys that do not change what a run is (where it lives, how it is logged, how long it goes, how it is split
 # into memory-sized pieces): a resume may change them freely. Any other difference needs run.allow_config_change.
-RESUME_FREE = ("run.dir", "run.resume", "run.allow_config_change", "run.device", "run.memory_fraction", "run.save",
+RESUME_FREE = ("run.dir", "kernels.", "run.resume", "run.allow_config_change", "run.device", "run.memory_fraction", "run.save",
                "log.", "eval.", "train.steps", "train.time_limit", "train.checkpoint_every", "train.keep_checkpoints", "train.micro_tokens",
                "train.activation_checkpointing", "rollout.slots", "rollout.sync_every")
 
@@ -68,6 +81,7 @@ def config_changes(cfg: Config, saved_path: str, free=RESUME_FREE) -> list:
     import yaml
 
     from r1.config import Config as Defaults, to_dict
+    from r1.config_load import upgrade
 
     try:
         with open(saved_path, encoding="utf-8") as f:
@@ -76,6 +90,7 @@ def config_changes(cfg: Config, saved_path: str, free=RESUME_FREE) -> list:
             raise ValueError("not a mapping of sections")
     except (OSError, ValueError, yaml.YAMLError) as e:
         raise ValueError(f"cannot read the run's saved config {saved_path}: {str(e).splitlines()[0][:120]}") from None
+    old = upgrade(old)  # an older run's removed keys, under the keys that replaced them
     new, default = to_dict(cfg), to_dict(Defaults())
     # a run folder that was moved: a path inside its old run.dir (an RL run's own sft/hf) is the same path
     # inside the new one
@@ -89,6 +104,8 @@ def config_changes(cfg: Config, saved_path: str, free=RESUME_FREE) -> list:
             if any(key == f or (f.endswith(".") and key.startswith(f)) for f in free):
                 continue
             was = before.get(name, default[section][name])
+            if key == "env.rewards" and isinstance(was, dict):  # a zero weight pays nothing
+                was, value = ({term: w for term, w in d.items() if w} for d in (was, value))
             if moved and isinstance(was, str) and isinstance(value, str):
                 inside = os.path.relpath(os.path.normpath(was), os.path.normpath(old_dir))
                 if not inside.startswith(os.pardir) and os.path.normpath(value) == os.path.normpath(

@@ -488,6 +488,6 @@ def _run_decoder(run_dir, path, header, traj, name=None):
 
 
 if __name__ == "__main__":
-    from r1.config import run_main
+    from r1.exits import run_main
 
     run_main(main)

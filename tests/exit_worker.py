@@ -1,6 +1,6 @@
 """A rank that opens the process group through r1.distributed.init, shards a small model with FSDP2 (whose
 state keeps the group object alive after it is destroyed), trains it a few steps beside a few gloo
-collectives, and ends through r1.config.run_main as train.py and eval.py do: tests/test_clean_exit.py
+collectives, and ends through r1.exits.run_main as train.py and eval.py do: tests/test_clean_exit.py
 launches it under torchrun. `fail`: the rank exits with status 3; `raise`: it raises."""
 import os
 import sys
@@ -10,7 +10,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 from r1 import distributed  # noqa: E402
-from r1.config import run_main  # noqa: E402
+from r1.exits import run_main  # noqa: E402
 
 
 def main():

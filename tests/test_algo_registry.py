@@ -72,11 +72,31 @@ def test_a_later_layer_that_switches_the_estimator_leaves_the_base_keys_dormant_
         load_config(base, ["algo.advantage=grpo", "algo.lam=0.9"])  # set with the choice: refused
 
 
-def test_keys_that_apply_are_accepted():
-    load_config(SMOKE, ["algo.advantage=grpo", "algo.reward_level=step", "algo.gamma=0.9", "algo.whiten=true"])
-    load_config(SMOKE, ["algo.policy_loss=cispo", "algo.clip_low=1.0", "algo.clip_high=0.28", "algo.tis_cap=2"])
-    load_config(SMOKE, ["algo.ratio_level=step", "algo.loss_agg=seq_mean_token_mean"])  # both segments carried
-    load_config(SMOKE, ["algo.vf_epochs=3", "algo.critic_warmup=2", "algo.normalize_reward=std"])
+@pytest.mark.parametrize("overrides, refused_without", [
+    ({"algo.advantage": "grpo", "algo.reward_level": "step", "algo.gamma": 0.9, "algo.whiten": True},
+     ("algo.reward_level", "trajectory", "algo.gamma")),
+    ({"algo.policy_loss": "cispo", "algo.clip_low": 1.0, "algo.clip_high": 0.28, "algo.tis_cap": 2.0},
+     ("algo.policy_loss", "ppo", "algo.clip_low")),
+    ({"algo.ratio_level": "step", "algo.loss_agg": "seq_mean_token_mean"},  # both segments carried
+     ("algo.policy_loss", "cispo", "algo.ratio_level")),
+    ({"algo.vf_epochs": 3, "algo.critic_warmup": 2, "algo.normalize_reward": "std"},
+     ("algo.advantage", "grpo", "algo.vf_epochs")),
+])
+def test_keys_that_apply_are_accepted(overrides, refused_without):
+    """Keys the chosen estimator and loss read are taken as given, without a warning that they are ignored; with
+    another choice that does not read one of them, the same keys are refused naming it."""
+    import warnings
+
+    from r1.config import get
+
+    args = [f"{k}={v}" for k, v in overrides.items()]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cfg = load_config(SMOKE, args)
+    assert {k: get(cfg, k) for k in overrides} == overrides
+    choice, other, culprit = refused_without
+    with pytest.raises(ConfigError, match=re.escape(f"'{culprit}'")):
+        load_config(SMOKE, args + [f"{choice}={other}"])
 
 
 def test_every_ablation_layers_on_its_base_config():

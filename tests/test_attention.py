@@ -134,7 +134,7 @@ def test_cpu_auto_backend_batches_cache_reads_when_max_kv_is_known(monkeypatch):
     """With the backend picked automatically where no GPU kernel applies (the CPU, fp32 on CUDA), decode
     takes one batched SDPA call (over the first max_kv keys when given, else all of them, with no host
     sync) and chunks with max_kv the padded chunk call: the math loop's results (backend='math')."""
-    monkeypatch.delenv("R1_ATTN", raising=False)
+    monkeypatch.setattr("kernels.attention.PATHS.attention", "")
     kc, vc, rows, kv_lens, hq, d, g = cache_case()
     calls = []
     for name in ("_sdpa_decode", "_sdpa_chunks"):
@@ -151,7 +151,7 @@ def test_cpu_auto_backend_batches_cache_reads_when_max_kv_is_known(monkeypatch):
     got = A.cache_attention(q, kc, vc, cu, 1, rows, kv_lens)
     assert calls == ["_sdpa_decode"] * 2 and (got - ref).abs().max() < 1e-5
     monkeypatch.undo()
-    monkeypatch.delenv("R1_ATTN", raising=False)
+    monkeypatch.setattr("kernels.attention.PATHS.attention", "")
     for name in ("_sdpa_decode", "_sdpa_chunks"):
         real = getattr(A, name)
         monkeypatch.setattr(A, name, lambda *a, _real=real, _n=name, **k: calls.append(_n) or _real(*a, **k))
@@ -167,7 +167,7 @@ def test_cpu_auto_backend_batches_cache_reads_when_max_kv_is_known(monkeypatch):
 
 def test_cpu_never_picks_fa4(monkeypatch):
     """Even with the package importable, a CPU tensor (any dtype) takes the path it took before fa4."""
-    monkeypatch.delenv("R1_ATTN", raising=False)
+    monkeypatch.setattr("kernels.attention.PATHS.attention", "")
     monkeypatch.setattr(A, "fa4_varlen_func", lambda *a, **k: pytest.fail("fa4 called on the CPU"))
     for dtype in (torch.float32, torch.bfloat16):
         q, k, v, cu, mx = packed(dtype=dtype)
@@ -183,8 +183,8 @@ def test_installed_fa4_not_reading_the_cache_leaves_decode_on_its_path(monkeypat
     """Where fa4 is picked but cache reads are not opted in, and the pick without it is the math path
     (fp32, or CUDA without a GPU kernel; simulated on the CPU), decode takes the batched SDPA call a
     machine without fa4 takes, not the per-row loop (its host syncs cannot be captured)."""
-    monkeypatch.delenv("R1_ATTN", raising=False)
-    monkeypatch.delenv("R1_FA4_CACHE", raising=False)
+    monkeypatch.setattr("kernels.attention.PATHS.attention", "")
+    monkeypatch.setattr("kernels.attention.PATHS.fa4_cache", False)
     kc, vc, rows, kv_lens, hq, d, g = cache_case()
     q = torch.randn(3, hq, d, generator=g)
     calls = []
@@ -204,9 +204,9 @@ def test_installed_fa4_not_reading_the_cache_leaves_decode_on_its_path(monkeypat
 @pytest.mark.parametrize("installed", [False, True])
 def test_forced_fa4_on_the_cpu_is_a_one_line_error(installed, monkeypatch):
     monkeypatch.setattr(A, "fa4_varlen_func", (lambda *a, **k: None) if installed else None)
-    monkeypatch.setenv("R1_ATTN", "fa4")
+    monkeypatch.setattr("kernels.attention.PATHS.attention", "fa4")
     q, k, v, cu, mx = packed(dtype=torch.bfloat16)
-    with pytest.raises(RuntimeError, match="R1_ATTN=fa4") as e:
+    with pytest.raises(RuntimeError, match="kernels.attention=fa4") as e:
         A.varlen_attention(q, k, v, cu, mx)
     assert "\n" not in str(e.value)
     assert ("not importable" in str(e.value)) != installed  # the reason is the right one
@@ -373,9 +373,9 @@ def _within_twice_the_peer(got, peer, ref, names):
 def test_gpu_fa4_varlen_forward_backward_against_float64(hq, hkv, d, monkeypatch):
     """Packed batches of 1..2047 tokens, bf16: fa4's output and q/k/v gradients sit within twice the error
     of the math path in bf16 (per-sequence SDPA) from the float64 reference, plus a small floor; the
-    dispatcher picks fa4 by itself, and R1_FA4=0 gives the pick of a machine without it."""
-    monkeypatch.delenv("R1_ATTN", raising=False)
-    monkeypatch.delenv("R1_FA4", raising=False)
+    dispatcher picks fa4 by itself, and kernels.fa4=false gives the pick of a machine without it."""
+    monkeypatch.setattr("kernels.attention.PATHS.attention", "")
+    monkeypatch.setattr("kernels.attention.PATHS.fa4", True)
     q, k, v, cu, mx = packed(seed=hq + d, lens=FA4_LENS, hq=hq, hkv=hkv, d=d, dtype=torch.bfloat16, device="cuda")
     assert A.pick_backend(q) == "fa4"
     dout = torch.randn_like(q)
@@ -383,7 +383,7 @@ def test_gpu_fa4_varlen_forward_backward_against_float64(hq, hkv, d, monkeypatch
     got = _fwd_bwd(lambda a, b, c: A.varlen_attention(a, b, c, cu, mx), q, k, v, dout)
     peer = _fwd_bwd(lambda a, b, c: A.varlen_attention(a, b, c, cu, mx, backend="math"), q, k, v, dout)
     _within_twice_the_peer(got, peer, ref, ("out", "dq", "dk", "dv"))
-    monkeypatch.setenv("R1_FA4", "0")
+    monkeypatch.setattr("kernels.attention.PATHS.fa4", False)
     assert A.pick_backend(q) == A._without_fa4(q) != "fa4"
 
 
@@ -415,9 +415,9 @@ def test_gpu_fa4_keywords_exist_in_the_installed_api():
 def test_gpu_fa4_reads_the_cache(hq, hkv, d, L, monkeypatch):
     """Decode, chunks and a mixed step (rows of 1 and of several queries) through the page table (one page
     of L positions per slot) and seqused_k: within twice the bf16 math loop's error of the float64 loop;
-    by default (no R1_FA4_CACHE) cache reads keep the path of a machine without fa4."""
-    monkeypatch.delenv("R1_ATTN", raising=False)
-    monkeypatch.delenv("R1_FA4_CACHE", raising=False)
+    by default (kernels.fa4_cache=false) cache reads keep the path of a machine without fa4."""
+    monkeypatch.setattr("kernels.attention.PATHS.attention", "")
+    monkeypatch.setattr("kernels.attention.PATHS.fa4_cache", False)
     g = torch.Generator().manual_seed(L + hq)
     S = 6
     kc, vc = (torch.randn(S, L, hkv, d, generator=g).to("cuda", torch.bfloat16) for _ in range(2))
@@ -436,7 +436,7 @@ def test_gpu_fa4_reads_the_cache(hq, hkv, d, L, monkeypatch):
     monkeypatch.setattr(A, "_fa4", lambda *a, **k: calls.append(1))
     A.cache_attention(q, kc, vc, cu, max(n_new), rows, kv_lens, max_kv=L)
     assert calls == []
-    monkeypatch.setenv("R1_FA4_CACHE", "1")
+    monkeypatch.setattr("kernels.attention.PATHS.fa4_cache", True)
     A.cache_attention(q, kc, vc, cu, max(n_new), rows, kv_lens, max_kv=L)
     assert calls == [1]
 

@@ -49,7 +49,7 @@ def check_kernel(device, dtype, tol):
 
 
 def check_dispatch(device, dtype, tol):
-    """cache_attention sends chunks to the kernel on CUDA (bf16/fp16) unless R1_CHUNKS says otherwise."""
+    """cache_attention sends chunks to the kernel on CUDA (bf16/fp16) unless kernels.chunks says otherwise."""
     q, kc, vc, cu, max_q, rows, lens = make_case(9, 3, 64, dtype, device)
     want = A.cache_attention(q, kc, vc, cu, max_q, rows, lens, backend="math")
     got = A.cache_attention(q, kc, vc, cu, max_q, rows, lens, backend="triton_chunk")
@@ -118,8 +118,8 @@ def test_kernel_cuda(dtype, tol):
 @pytest.mark.gpu
 @pytest.mark.skipif(triton_decode is None, reason="needs triton")
 def test_default_chunk_path_on_cuda_is_the_kernel(monkeypatch):
-    monkeypatch.delenv("R1_ATTN", raising=False)
-    monkeypatch.delenv("R1_CHUNKS", raising=False)
+    monkeypatch.setattr("kernels.attention.PATHS.attention", "")
+    monkeypatch.setattr("kernels.attention.PATHS.chunks", "")
     q, kc, vc, cu, max_q, rows, lens = make_case(16, 2, 128, torch.bfloat16, "cuda")
     from kernels import triton_chunk
 

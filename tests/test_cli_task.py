@@ -216,14 +216,14 @@ def test_sandbox_removed_on_max_steps_reset_close_and_gc(tok):
 
 def test_shaping_keys(tok):
     row = cli.make_dataset(1, 5, 1)[0]
-    env = make_env(cfg_of("env.format_reward=0.1", "env.tool_success_reward=0.2", "env.malformed_penalty=-0.5"),
+    env = make_env(cfg_of("env.rewards={format: 0.1, tool_success: 0.2, malformed: -0.5}"),
                    tok)()
     env.reset(row)
     assert env.step(Action([], call("ls")))[1] == pytest.approx(0.3)
     assert env.step(Action([], call("cat nope.txt")))[1] == pytest.approx(-0.4)  # ran and failed: well formed
     assert env.step(Action([], "<tool_call>{bad json</tool_call>"))[1] == pytest.approx(-0.5)
     env.close()
-    shaped = make_env(cfg_of("env.command_reward=0.25"), tok)()  # the config key reaches the env
+    shaped = make_env(cfg_of("env.rewards.command=0.25"), tok)()  # the config's weight reaches the env
     shaped.reset(row)
     assert shaped.step(Action([], call("cat nope.txt")))[1] == pytest.approx(0.25)  # accepted, then failed
     assert shaped.step(Action([], call("cat ../x")))[1] == 0.0  # refused
@@ -234,9 +234,9 @@ def test_shaping_keys(tok):
 def test_level_and_command_reward_are_checked_at_config_time():
     with pytest.raises(ConfigError, match=r"data.level.*in \[1, 3\] for data.task=cli, got 4"):
         cfg_of("data.level=4")
-    with pytest.raises(ConfigError, match="env.command_reward.*cli task's shell sandbox only; data.task=gsm8k_tool"):
-        load_config([os.path.join(ROOT, "configs", "gsm8k_tool.yaml")], ["env.command_reward=0.1"])
-    assert cfg_of("data.level=3", "env.command_reward=0.1").env.command_reward == 0.1
+    with pytest.raises(ConfigError, match="env.rewards.*'command'.*cli task's shell sandbox only; data.task=gsm8k_tool"):
+        load_config([os.path.join(ROOT, "configs", "gsm8k_tool.yaml")], ["env.rewards.command=0.1"])
+    assert cfg_of("data.level=3", "env.rewards.command=0.1").env.rewards == {"malformed": 0.0, "command": 0.1}
 
 
 def test_sft_level_gives_the_sft_phase_rows_of_its_own_level():

@@ -10,8 +10,9 @@ import os
 import pytest
 import yaml
 
-from r1.config import (BOUNDS, CHOICES, Config, ConfigError, all_keys, describe, dump, get, load_config, save,
-                       validate)
+from r1.config import (AUTO, BOUNDS, CHOICES, Config, ConfigError, all_keys, describe, dump, get, load_config, save,
+                       to_dict, validate)
+from r1.config_schema import REMOVED
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = sorted(glob.glob(os.path.join(ROOT, "configs", "*.yaml")))
@@ -112,7 +113,7 @@ def test_resolved_config_roundtrips_through_dump(tmp_path):
     gsm8k = os.path.join(ROOT, "configs", "gsm8k.yaml")  # a task without tools, so env.tools= is valid
     cfg = load_config(gsm8k, ["model.tokenizer=a/b", "run.dir=0755", "eval.split=1e3", "env.tools=",
                               "train.lr=1e-7", "algo.whiten=true", "eval.out=null", "run.seed=123"])
-    assert yaml.safe_load(dump(cfg)) == dataclasses.asdict(cfg)
+    assert yaml.safe_load(dump(cfg)) == to_dict(cfg)
     path = write(tmp_path, dump(cfg), "dumped.yaml")
     assert load_config(path) == cfg
 
@@ -166,15 +167,56 @@ def test_wrong_type_in_file_names_key_line_and_type(tmp_path):
 def test_choices_name_the_options(tmp_path):
     msg = error(None, ["algo.advantage=grp"])
     assert "'algo.advantage'" in msg and "grpo" in msg and "step_gae" in msg
-    msg = error(write(tmp_path, "run:\n  dtype: 16\n"))  # a number must not slip past the choices as "16"
-    assert "'run.dtype'" in msg and "bfloat16" in msg
+    msg = error(write(tmp_path, "rollout:\n  dtype: 16\n"))  # a number must not slip past the choices as "16"
+    assert "'rollout.dtype'" in msg and "bfloat16" in msg
+
+
+@pytest.mark.parametrize("old, new, value, in_file", [
+    ("env.malformed_penalty", "env.rewards.malformed=-0.1", "-0.1", "env: rewards: {malformed: -0.1}"),
+    ("env.format_reward", "env.rewards.format=0.05", "0.05", "env: rewards: {format: 0.05}"),
+    ("env.tool_success_reward", "env.rewards.tool_success=0.1", "0.1", "env: rewards: {tool_success: 0.1}"),
+    ("env.command_reward", "env.rewards.command=0.2", "0.2", "env: rewards: {command: 0.2}"),
+    ("run.dtype", "rollout.dtype=float32", "float32", "rollout: dtype: float32"),
+])
+def test_a_removed_key_is_refused_naming_the_new_one(tmp_path, old, new, value, in_file):
+    assert set(REMOVED) == {"env.malformed_penalty", "env.format_reward", "env.tool_success_reward",
+                            "env.command_reward", "run.dtype"}
+    assert error(None, [f"{old}={value}"]) == f"config key '{old}' (command line) was removed: write {new}"
+    section, name = old.split(".")
+    path = write(tmp_path, f"{section}:\n  {name}: {value}\n")
+    assert error(path) == f"config key '{old}' in {path}:2 was removed: write {in_file}"
+    assert "\n" not in error(path)
+
+
+def test_a_shaping_weight_is_one_entry_of_env_rewards():
+    base = os.path.join(ROOT, "configs", "gsm8k_tool.yaml")
+    assert load_config(base).env.rewards == {"malformed": -0.1}
+    assert load_config(base, ["env.rewards.format=0.05"]).env.rewards == {"malformed": -0.1, "format": 0.05}
+    assert load_config(base, ["env.rewards={format: 0.05}"]).env.rewards == {"format": 0.05}  # a whole mapping
+    assert error(None, ["env.rewards.nope.x=1"]).startswith("unknown config key 'env.rewards.nope.x'")
+    assert "unknown reward 'nope'" in error(None, ["env.rewards.nope=1"])
+    assert "'env.rewards.format'" in error(None, ["env.rewards.format=lots"])
+    assert "'run.dir.x'" in error(None, ["run.dir.x=1"])  # only a mapping key has entries
+
+
+@pytest.mark.parametrize("key", AUTO)
+def test_auto_has_one_spelling(tmp_path, key):
+    assert error(None, [f"{key}=0"]) == f"config key '{key}' (command line): write auto (the value is then picked " \
+                                        f"for the run), not 0"
+    section, name = key.split(".")
+    path = write(tmp_path, f"{section}:\n  {name}: 0\n")
+    assert error(path).startswith(f"config key '{key}' in {path}:2: write auto")
+    cfg = load_config(None, [f"{key}=auto"])
+    assert get(cfg, key) == 0 and yaml.safe_load(dump(cfg))[section][name] == "auto"
+    assert load_config(write(tmp_path, dump(cfg), "saved.yaml")) == cfg  # the saved config.yaml loads back
+    assert f"{key} = auto" in describe(section)
 
 
 @pytest.mark.parametrize("overrides, key, expected", [
     (["rollout.n=0"], "rollout.n", ">= 1"), (["train.steps=-1"], "train.steps", ">= 0"),
     (["rollout.top_p=1.5"], "rollout.top_p", "(0, 1]"),
     (["rollout.top_p=0"], "rollout.top_p", "(0, 1]"), (["algo.gamma=1.1"], "algo.gamma", "in [0.0, 1.0]"),
-    (["algo.dual_clip=0.5"], "algo.dual_clip", "> 1"), (["env.malformed_penalty=0.5"], "env.malformed_penalty", "<= 0"),
+    (["algo.dual_clip=0.5"], "algo.dual_clip", "> 1"), (["env.rewards.malformed=0.5"], "env.rewards", "<= 0"),
     (["data.level=99"], "data.level", "[1, 8]"), (["env.tools=calc"], "env.tools", "calculator"),
     (["data.task=gsm8k", "env.tools=[calculator]"], "env.tools", "takes no tools"), (["rollout.max_new_tokens=4096"], "rollout.max_new_tokens", "max_context"),
     (["rollout.n=1", "algo.advantage=grpo"], "rollout.n", ">= 2"),
@@ -243,15 +285,56 @@ def test_malformed_override(text):
     assert "key=value" in msg
 
 
-@pytest.mark.parametrize("name,value", [("R1_COMPILE", "yes"), ("R1_FUSE", "false"), ("R1_CHUNK_GRAPHS", "off"),
-                                        ("R1_OVERLAP", "no"), ("R1_PROFILE", "last"), ("R1_PROFILE", "0"),
-                                        ("R1_SWITCH_US", "0.5ms"), ("R1_SWITCH_US", "0")])
+@pytest.mark.parametrize("name,value", [("R1_PROFILE", "last"), ("R1_PROFILE", "0"), ("R1_SWITCH_US", "0.5ms"),
+                                        ("R1_SWITCH_US", "0")])
 def test_mistyped_environment_switch_is_a_config_error(monkeypatch, name, value):
     monkeypatch.setenv(name, value)
     with pytest.raises(ConfigError, match=f"{name}='{value}'"):
         load_config(None, [])
     monkeypatch.setenv(name, "1")
     load_config(None, [])
+
+
+@pytest.mark.parametrize("name,value,override", [
+    ("R1_COMPILE", "0", "kernels.compile=false"), ("R1_COMPILE", "1", "kernels.compile=true"),
+    ("R1_FUSE", "0", "kernels.fuse=false"), ("R1_FUSE_TRAIN", "1", "kernels.fuse_train=true"),
+    ("R1_CHUNK_GRAPHS", "0", "kernels.chunk_graphs=false"), ("R1_OVERLAP", "0", "kernels.launch_ahead=false"),
+    ("R1_MIX", "0", "kernels.mixed_steps=false"), ("R1_SAMPLE", "torch", "kernels.sample=torch"),
+    ("R1_ATTN", "sdpa", "kernels.attention=sdpa"), ("R1_DECODE", "sdpa", "kernels.decode=sdpa"),
+    ("R1_CHUNKS", "loop", "kernels.chunks=loop"), ("R1_FA4", "0", "kernels.fa4=false"),
+    ("R1_FA4_CACHE", "1", "kernels.fa4_cache=true"), ("R1_PAGED", "1", "kernels.paged=true"),
+])
+def test_a_removed_environment_switch_names_its_config_key(monkeypatch, tmp_path, name, value, override):
+    """Each switch that changed what runs is a config key now, saved in the run's config.yaml; the variable,
+    still set, is refused with the override that replaces it (which loads, and is what the dump records)."""
+    from r1.environment import MOVED
+
+    assert len(MOVED) == 13
+    monkeypatch.setenv(name, value)
+    assert error(None, []) == (f"environment variable {name} was removed: unset it and write {override} "
+                               f"(the run's config.yaml then records it)")
+    monkeypatch.delenv(name)
+    cfg = load_config(None, [override])
+    key, _, text = override.partition("=")
+    saved = load_config(write(tmp_path, dump(cfg), "config.yaml"))
+    assert saved == cfg and get(saved, key) != get(Config(), key)
+    assert str(yaml.safe_load(dump(cfg))["kernels"][key.split(".")[1]]).lower() == text
+
+
+def test_the_kernels_defaults_are_the_paths_with_no_switch_set():
+    """The kernels section's defaults set what the unset environment variables gave: compiled ops for CUDA,
+    no fused training projections, automatic attention picks, fa4 picked but not reading the cache, no paged
+    reads; a generator with its own defaults (fuse, overlap, mix, chunk graphs, the sampling kernel)."""
+    from kernels import attention
+    from r1 import model
+    from r1.run import use_kernels
+
+    use_kernels(Config())
+    assert model.OPS.compile == "auto" and model.OPS.fuse_train is False and model.OPS.rms_norm is not model.rms_norm
+    assert vars(attention.PATHS) == {"attention": "", "decode": "", "chunks": "", "fa4": True, "fa4_cache": False}
+    assert attention.PAGED is False
+    k = Config().kernels
+    assert (k.fuse, k.launch_ahead, k.mixed_steps, k.chunk_graphs, k.sample) == (True, True, True, True, "auto")
 
 
 def test_an_ablation_alone_is_refused_with_the_command_that_layers_it():
@@ -270,3 +353,89 @@ def test_the_fast_recipe_is_the_recipe_with_the_fast_ablation():
     layered = dataclasses.asdict(load_config([c("gsm8k_tool_30min.yaml"), c("ablations", "fast.yaml")]))
     differ = {f"{s}.{k}" for s in fast for k in fast[s] if fast[s][k] != layered[s][k]}
     assert differ == {"run.dir", "train.time_limit", "eval.every", "train.checkpoint_every"}, differ
+
+
+def test_a_resume_reads_an_older_saved_config_under_the_new_keys(tmp_path):
+    """A run saved before the shaping weights moved into env.rewards (and run.dtype into rollout.dtype) resumes
+    with the same config without a change reported; a real change is still reported."""
+    from r1.run import config_changes
+
+    cfg = load_config(os.path.join(ROOT, "configs", "gsm8k_tool.yaml"), [f"run.dir={tmp_path}"])
+    old = to_dict(cfg)
+    del old["rollout"]["dtype"]
+    old["run"]["dtype"] = "auto"
+    old["env"].pop("rewards")
+    old["env"].update(malformed_penalty=-0.1, format_reward=0.0, tool_success_reward=0.0, command_reward=0.0)
+    saved = write(tmp_path, yaml.safe_dump(old), "config.yaml")
+    assert config_changes(cfg, saved) == []
+    cfg.env.rewards = {"malformed": -0.1, "format": 0.05}
+    assert config_changes(cfg, saved) == ["env.rewards {'malformed': -0.1} -> {'malformed': -0.1, 'format': 0.05}"]
+
+
+def test_help_lists_the_choices_its_registries_hold(monkeypatch):
+    """--keys lists each registry key's names from the registry itself: a name registered by code shows up
+    with its own one-line description, beside the built-in ones."""
+    import dataclasses as dc
+
+    from r1.algos.estimators import ESTIMATORS
+    from r1.algos.policy_losses import POLICY_LOSSES
+    from r1.envs.context import CONTEXT_POLICIES
+    from r1.envs.rewards import REWARDS, Reward
+
+    def mine(*args):
+        """My own entry, for the help test. More text that the help leaves out."""
+
+    monkeypatch.setitem(ESTIMATORS, "my_estimator", dc.replace(ESTIMATORS["grpo"], fn=mine))
+    monkeypatch.setitem(POLICY_LOSSES, "my_loss", dc.replace(POLICY_LOSSES["ppo"], fn=mine))
+    monkeypatch.setitem(CONTEXT_POLICIES, "my_policy", mine)
+    monkeypatch.setitem(REWARDS, "my_term", Reward(mine, "a term of my own"))
+    algo, env = describe("algo").splitlines(), describe("env").splitlines()
+    assert "      my_estimator: My own entry, for the help test" in algo
+    assert "      my_loss: My own entry, for the help test" in algo
+    assert "      step_gae: Agent-R1 step-level GAE: one value and one reward per step; every token of step t gets A_t" \
+        in algo
+    assert "      my_policy: My own entry, for the help test" in env
+    assert "      my_term: a term of my own" in env
+    assert [line.split(":")[0].strip() for line in algo if line.strip().split(":")[0] in ("off", "std", "mean_std")] \
+        == ["off", "std", "mean_std"]  # algo.normalize_reward: r1/algos/reward_norm.MODES, each with its line
+    assert any(line.startswith("      q_proj") or "one of: q_proj, k_proj" in line for line in describe("model").splitlines())
+    assert "      synthetic: " in describe("data")
+    assert load_config(None, ["env.context_policy=my_policy"]).env.context_policy == "my_policy"
+
+
+def test_a_script_without_a_config_does_not_ignore_a_moved_switch():
+    """bench scripts build models without a config: importing r1.model with a moved switch set stops them with
+    the key to use instead."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "R1_MIX": "0"}
+    out = subprocess.run([sys.executable, "-c", "import r1.model"], cwd=ROOT, env=env, capture_output=True,
+                         text=True)
+    assert out.returncode != 0
+    assert ("environment variable R1_MIX was removed: unset it and write kernels.mixed_steps=false"
+            in out.stderr.splitlines()[-1])
+
+
+def test_the_generator_gets_the_kernels_keys(monkeypatch):
+    """The generator's own switches reach it from the config (r1/actor.py), no longer from the environment:
+    the defaults leave each to the Generator (on where it applies), false turns it off."""
+    import types
+
+    import torch
+
+    import r1.actor as actor
+
+    seen = {}
+    monkeypatch.setattr(actor, "Generator", lambda *a, **k: seen.update(k))
+    monkeypatch.setattr(actor, "AgentEnvLoop", lambda *a, **k: None)
+    monkeypatch.setattr(actor, "make_env", lambda cfg, tok: None)
+    tok, d = types.SimpleNamespace(stop_ids=[]), types.SimpleNamespace(device=torch.device("cpu"))
+    keys = ("fuse", "overlap", "mix", "chunk_graphs", "triton_sample")
+    actor.Actor(Config(), tok, None, 2, d)
+    assert {k: seen[k] for k in keys} == {"fuse": None, "overlap": None, "mix": None, "chunk_graphs": True,
+                                          "triton_sample": True}
+    cfg = load_config(None, ["kernels.fuse=false", "kernels.launch_ahead=false", "kernels.mixed_steps=false",
+                             "kernels.chunk_graphs=false", "kernels.sample=torch"])
+    actor.Actor(cfg, tok, None, 2, d)
+    assert {k: seen[k] for k in keys} == dict.fromkeys(keys, False)

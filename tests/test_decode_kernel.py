@@ -163,11 +163,11 @@ def test_cache_attention_matches_old_sdpa_path(B, monkeypatch):
     old = A._sdpa_decode(q, kc[rows], vc[rows], lens)
     got = A.cache_attention(q, kc, vc, cu, 1, rows, lens, backend="triton")
     assert (got.float() - old.float()).abs().max().item() < 2e-2
-    monkeypatch.delenv("R1_ATTN", raising=False)
+    monkeypatch.setattr("kernels.attention.PATHS.attention", "")
     if A.pick_backend(q) in ("torch_flash", "fa4") and not A.PAGED and not A.fa4_reads_cache():
         # The machine this was written for (torch 2.11, no flash_attn): the default takes the kernel.
         assert torch.equal(A.cache_attention(q, kc, vc, cu, 1, rows, lens), got)
-    monkeypatch.setenv("R1_ATTN", "sdpa")  # the switch back to the old path
+    monkeypatch.setattr("kernels.attention.PATHS.attention", "sdpa")  # the switch back to the old path
     assert torch.equal(A.cache_attention(q, kc, vc, cu, 1, rows, lens), old)
 
 

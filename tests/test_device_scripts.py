@@ -218,21 +218,20 @@ def test_iteration_lanes_named_in_only_are_the_ones_that_run(tmp_path):
 
 
 def test_iteration_fuse_train_lanes_run_under_the_switch(tmp_path):
-    """ppo-o0-ft and ppo-o2-ft: the same runs as ppo-o0 and ppo-o2, with R1_FUSE_TRAIN=1 in their environment
-    only (a python3 that records the switch with its arguments)."""
-    env, record = recording_python(tmp_path, '"fuse=$R1_FUSE_TRAIN $*"')
+    """ppo-o0-ft and ppo-o2-ft: the same runs as ppo-o0 and ppo-o2, with kernels.fuse_train=true on their command
+    line only (a python3 that records its arguments)."""
+    env, record = recording_python(tmp_path, '"run: $*"')
     env.update(ONLY="ppo-o0 ppo-o0-ft ppo-o2-ft", SAVE="")
-    env.pop("R1_FUSE_TRAIN", None)
     r = subprocess.run(["bash", os.path.join(ROOT, "bench", "h200_iteration.sh"), "m", str(tmp_path / "res")],
                        capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     runs = {c.split("run.dir=")[1].split()[0].rsplit("/", 1)[1]: c for c in record.read_text().splitlines()
             if " train.py " in c}
     assert list(runs) == ["ppo-o0", "ppo-o0-ft", "ppo-o2-ft"]
-    assert runs["ppo-o0"].startswith("fuse= ") and runs["ppo-o0-ft"].startswith("fuse=1 ")
-    assert runs["ppo-o2-ft"].startswith("fuse=1 ") and "train.overlap=2" in runs["ppo-o2-ft"]
-    assert runs["ppo-o0"].split(" ", 1)[1].replace("ppo-o0", "X") == runs["ppo-o0-ft"].split(" ", 1)[1].replace(
-        "ppo-o0-ft", "X")
+    assert "kernels.fuse_train" not in runs["ppo-o0"]
+    assert "kernels.fuse_train=true" in runs["ppo-o2-ft"].split() and "train.overlap=2" in runs["ppo-o2-ft"]
+    assert sorted(runs["ppo-o0"].replace("ppo-o0", "X").split() + ["kernels.fuse_train=true"]) == sorted(
+        runs["ppo-o0-ft"].replace("ppo-o0-ft", "X").split())
 
 
 def test_iteration_share_prefix_lanes_add_the_key_and_nothing_else(tmp_path):

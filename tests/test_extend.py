@@ -80,9 +80,10 @@ def test_unknown_names_are_config_errors_with_the_closest_names(key, value, clos
         load_config(SMOKE, [f"{key}={value}"])
 
 
-def test_a_shaping_key_is_not_set_twice():
-    with pytest.raises(ConfigError, match="env.rewards.*env.format_reward"):
-        load_config(SMOKE, ["env.rewards={format: 0.1}"])
+def test_a_shaping_weight_is_a_term_of_env_rewards():
+    with pytest.raises(ConfigError, match=r"'env.format_reward' \(command line\) was removed: write env.rewards.format=0.1"):
+        load_config(SMOKE, ["env.format_reward=0.1"])
+    assert load_config(SMOKE, ["env.rewards={format: 0.1}"]).env.rewards == {"format": 0.1}
 
 
 def test_the_context_policies_of_the_docs_keep_what_they_say(added):

@@ -188,7 +188,7 @@ def test_multi_turn_continuation_matches_fresh_prefill(attn, monkeypatch):
     """Turn 2 extends turn 1's ids: only the suffix is prefilled, and results equal a fresh run.
     `sdpa` runs the GPU's cache paths on the CPU: gather+SDPA decode and the batched chunk path."""
     if attn == "sdpa":
-        monkeypatch.setenv("R1_ATTN", "sdpa")
+        monkeypatch.setattr("kernels.attention.PATHS.attention", "sdpa")
     model = tiny(seed=2)
     gen = Generator(model, 2, 96)
     gen.set_sampling(Sampling(temperature=0))
@@ -301,7 +301,7 @@ def test_gpu_compiled_ops_graph_decode_matches_eager():
 
 
 def test_generator_fuses_projections_of_generation_only_models(monkeypatch):
-    """fuse=True gives the greedy tokens and logprobs of separate projections; by default (R1_FUSE unset) the
+    """fuse=True gives the greedy tokens and logprobs of separate projections; by default (kernels.fuse=true) the
     generator fuses only a CUDA model without gradients (fusing replaces Parameter objects an optimizer may
     hold), so never on the CPU."""
     from r1.model import _fused_live
@@ -315,7 +315,6 @@ def test_generator_fuses_projections_of_generation_only_models(monkeypatch):
     assert [c.token_ids for c in out] == [c.token_ids for c in ref]
     assert max(abs(a - b) for o, r in zip(out, ref) for a, b in zip(o.logprobs, r.logprobs)) < 1e-5
     cpu_default = tiny().requires_grad_(False)
-    monkeypatch.delenv("R1_FUSE", raising=False)
     Generator(cpu_default, 2, 16)
     assert cpu_default.model.layers[0].self_attn.fused is None
 
@@ -323,7 +322,7 @@ def test_generator_fuses_projections_of_generation_only_models(monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_gpu_fused_projections_graph_decode(dtype):
-    """R1_FUSE=1's path (fused q/k/v and gate/up matmuls) under CUDA graphs: the greedy tokens and
+    """kernels.fuse=true's path (fused q/k/v and gate/up matmuls) under CUDA graphs: the greedy tokens and
     logprobs of the separate projections (bf16: the Triton decode kernel reads the strided v)."""
     torch.manual_seed(0)
     model = Transformer(tiny_config("qwen2", vocab_size=256)).cuda().to(dtype).eval().requires_grad_(False)
@@ -580,8 +579,8 @@ def test_gpu_sampled_tokens_do_not_depend_on_the_slot_count(fa4, monkeypatch):
     (noise keyed by request and position) carried through the kernels."""
     from kernels import attention as A
 
-    monkeypatch.delenv("R1_ATTN", raising=False)
-    monkeypatch.setenv("R1_FA4", fa4)
+    monkeypatch.setattr("kernels.attention.PATHS.attention", "")
+    monkeypatch.setattr("kernels.attention.PATHS.fa4", fa4 == "1")
     torch.manual_seed(3)
     model = Transformer(tiny_config(vocab_size=256, tie=False, hidden_size=128, num_heads=8, num_kv_heads=2,
                                     head_dim=64))  # untied: a tied random model repeats one token

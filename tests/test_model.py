@@ -99,7 +99,7 @@ def test_autocast_training_forward_runs_in_one_dtype_and_stays_close():
 
 
 def test_compiled_ops_match_eager():
-    """compile_ops() (R1_COMPILE=1) fuses RMSNorm, RoPE and SwiGLU: same logits and gradients as eager."""
+    """compile_ops() (kernels.compile=true) fuses RMSNorm, RoPE and SwiGLU: same logits and gradients as eager."""
     from r1.model import OPS, compile_ops, default_ops, pack, rms_norm, tiny_config
 
     torch.manual_seed(0)
@@ -196,32 +196,26 @@ def test_compiled_op_counts_only_calls_made_while_tracing(monkeypatch):
 
 
 def test_default_ops_compile_for_cuda_only(monkeypatch):
-    """R1_COMPILE unset: the ops are wrappers that compile for CUDA tensors only, so the CPU runs eager ops
-    (no compiler, no compile time); R1_COMPILE=0 is eager everywhere; anything else is an error."""
+    """kernels.compile=auto (the default): the ops are wrappers that compile for CUDA tensors only, so the CPU
+    runs eager ops (no compiler, no compile time); false is eager everywhere."""
     import r1.model
-    from r1.model import OPS, default_ops, pack, rms_norm, tiny_config
+    from r1.model import OPS, default_ops, pack, rms_norm, tiny_config, use_ops
 
     def no_compile(fn):
         raise AssertionError("compiled on the CPU")
 
     monkeypatch.setattr(r1.model, "_compile", no_compile)
     try:
-        monkeypatch.delenv("R1_COMPILE", raising=False)
         default_ops()
-        assert OPS.rms_norm is not rms_norm
+        assert OPS.rms_norm is not rms_norm and OPS.compile == "auto" and not OPS.fuse_train
         torch.manual_seed(0)
         model = Transformer(tiny_config("qwen3", tie=False))
         ids, pos, cu, mx = pack([[1, 2, 3, 4, 5], [6, 7, 8]])
         out = model(ids, pos, cu, mx)
-        monkeypatch.setenv("R1_COMPILE", "0")
-        default_ops()
+        use_ops("false")
         assert OPS.rms_norm is rms_norm
         assert torch.equal(model(ids, pos, cu, mx), out)
-        monkeypatch.setenv("R1_COMPILE", "yes")
-        with pytest.raises(ValueError, match="R1_COMPILE='yes'"):
-            default_ops()
     finally:
-        monkeypatch.delenv("R1_COMPILE", raising=False)
         monkeypatch.undo()
         default_ops()
 
@@ -265,22 +259,9 @@ def test_fused_projections_match_and_stay_in_sync(arch):
     assert fused_model.model.layers[0].self_attn.v_proj.weight.grad is not None
 
 
-def test_switches_read_from_the_environment(monkeypatch):
-    """R1_FUSE / R1_CHUNK_GRAPHS: unset or 1 = on, 0 = off, anything else a one-line error naming it."""
-    from r1.model import switch
-
-    monkeypatch.delenv("R1_FUSE", raising=False)
-    assert switch("R1_FUSE")
-    monkeypatch.setenv("R1_FUSE", "0")
-    assert not switch("R1_FUSE")
-    monkeypatch.setenv("R1_FUSE", "false")
-    with pytest.raises(ValueError, match="R1_FUSE='false'"):
-        switch("R1_FUSE")
-
-
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
 def test_fused_train_projections_match_in_float64(arch, monkeypatch):
-    """R1_FUSE_TRAIN (OPS.fuse_train): q/k/v and gate/up as one matmul of weights concatenated in the
+    """kernels.fuse_train (OPS.fuse_train): q/k/v and gate/up as one matmul of weights concatenated in the
     forward give the same logits and the same gradient for every parameter, in float64; LoRA-adapted
     projections keep their own path (the adapters are not in the concatenation)."""
     from r1 import model as m
@@ -326,24 +307,24 @@ def test_fused_train_projections_leave_lora_apart(monkeypatch):
     assert (model(ids, pos, cu, mx) - ref).abs().max() < 1e-12
 
 
-def test_fuse_train_switch_is_off_unless_set(monkeypatch):
-    from r1.config import ConfigError, check_environment
-    from r1.model import fuse_train_mode
+def test_fuse_train_is_off_unless_the_config_sets_it():
+    from r1.config import load_config
+    from r1.model import OPS, default_ops
+    from r1.run import use_kernels
 
-    monkeypatch.delenv("R1_FUSE_TRAIN", raising=False)
-    assert not fuse_train_mode()
-    monkeypatch.setenv("R1_FUSE_TRAIN", "1")
-    assert fuse_train_mode()
-    monkeypatch.setenv("R1_FUSE_TRAIN", "yes")
-    with pytest.raises(ValueError, match="R1_FUSE_TRAIN='yes'"):
-        fuse_train_mode()
-    with pytest.raises(ConfigError, match="R1_FUSE_TRAIN='yes'"):
-        check_environment()
+    default_ops()
+    assert not OPS.fuse_train
+    try:
+        use_kernels(load_config(None, ["kernels.fuse_train=true"]))
+        assert OPS.fuse_train
+    finally:
+        default_ops()
+    assert not OPS.fuse_train
 
 
 @pytest.mark.gpu
 def test_fused_train_projections_stay_close_under_autocast_on_cuda(monkeypatch):
-    """On CUDA under bf16 autocast (the trainer's one-GPU path), R1_FUSE_TRAIN's one matmul rounds
+    """On CUDA under bf16 autocast (the trainer's one-GPU path), kernels.fuse_train's one matmul rounds
     differently from three: logprobs and every gradient stay within bf16 noise of the separate matmuls."""
     from r1 import model as m
 

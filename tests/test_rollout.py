@@ -159,13 +159,13 @@ def test_env_thread_pool_gives_the_same_rollouts(tok, model):
 
 @pytest.mark.parametrize("chunks", ["batched", "loop"])
 def test_gpu_cache_paths_give_the_same_rollouts(tok, model, chunks, monkeypatch):
-    """R1_ATTN=sdpa runs the GPU's cache paths on the CPU (gather+SDPA decode; observations appended by the
-    batched chunk call, or by the per-row loop with R1_CHUNKS=loop): sampled rollouts equal the default path's."""
+    """kernels.attention=sdpa runs the GPU's cache paths on the CPU (gather+SDPA decode; observations appended by the
+    batched chunk call, or by the per-row loop with kernels.chunks=loop): sampled rollouts equal the default path's."""
     data = samples([3, 1, 4, 2])
     ids = lambda ts: [[(s.prompt_ids, s.response_ids) for s in t.steps] for t in ts]  # noqa: E731
     want = run_loop(tok, model, data, slots=3, n=2, temperature=1.0)[0]
-    monkeypatch.setenv("R1_ATTN", "sdpa")
-    monkeypatch.setenv("R1_CHUNKS", chunks)
+    monkeypatch.setattr("kernels.attention.PATHS.attention", "sdpa")
+    monkeypatch.setattr("kernels.attention.PATHS.chunks", chunks)
     got = run_loop(tok, model, data, slots=3, n=2, temperature=1.0)[0]
     assert ids(got) == ids(want)
     for x, y in zip(got, want):

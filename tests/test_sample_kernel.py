@@ -203,7 +203,6 @@ def test_cuda_peaked_logits():
 @pytest.mark.gpu
 @needs_triton
 def test_cuda_sample_uses_the_kernel_only_where_it_applies(monkeypatch):
-    monkeypatch.delenv("R1_SAMPLE", raising=False)  # R1_SAMPLE=torch would switch the kernel off
     logits = torch.randn(32, 5000, device="cuda", dtype=torch.bfloat16) * 3
     seeds, pos = (x.cuda() for x in rows(32))
     s = Sampling(temperature=0.8)
@@ -221,7 +220,6 @@ def test_cuda_sample_uses_the_kernel_only_where_it_applies(monkeypatch):
 @pytest.mark.parametrize("cuda_graphs", [False, True])
 def test_cuda_generator_same_with_and_without_kernel(monkeypatch, cuda_graphs):
     """A bf16 model end to end: the kernel on bf16 logits gives the torch path's tokens and logprobs."""
-    monkeypatch.delenv("R1_SAMPLE", raising=False)
     from r1 import generate
     from r1.model import Transformer, tiny_config
 

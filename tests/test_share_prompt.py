@@ -135,7 +135,7 @@ def test_the_config_key_reaches_the_loops_generator(tmp_path):
 @pytest.mark.gpu
 def test_on_cuda_with_graphs_the_followers_hold_the_leaders_rows():
     """The same on the GPU, prefill chunks and decode in CUDA graphs, a chunk in flight while the next is queued
-    (R1_OVERLAP's default), in bf16 (prefill graphs need a half-precision model): the leader's hidden state is read
+    (kernels.launch_ahead's default), in bf16 (prefill graphs need a half-precision model): the leader's hidden state is read
     out of a graph's output buffer; the followers' cache rows are the leader's, bit for bit, after a few chunks,
     and the first tokens' logprobs are the unshared run's within bf16 rounding."""
     model = tiny().cuda().to(torch.bfloat16)

@@ -96,7 +96,7 @@ def test_a_tasks_own_tool_by_module_path_is_checked_when_the_config_is_read(tmp_
 
 
 def test_shaped_rewards_are_keys_and_accuracy_ignores_them():
-    cfg = load_config(SMOKE, ["env.format_reward=0.1", "env.tool_success_reward=0.05", "env.malformed_penalty=-0.2"])
+    cfg = load_config(SMOKE, ["env.rewards={format: 0.1, tool_success: 0.05, malformed: -0.2}"])
 
     class Tok:
         special_tokens, stop_ids = (), ()

@@ -214,7 +214,7 @@ def test_a_moved_run_with_its_sft_phase_resumes_and_a_missing_sft_is_refused_fir
 
 def test_eval_main_on_a_run_without_hf_is_one_line(tmp_path, capsys):
     import eval as ev
-    from r1.config import run_main
+    from r1.exits import run_main
 
     run = _fake_run(tmp_path)
     with pytest.raises(SystemExit) as e:
@@ -439,7 +439,7 @@ def test_output_piped_into_a_reader_that_stops_early_ends_quietly(tmp_path):
     """`python -m r1.trajectory show ... | head`: the reader closes the pipe; the command ends with status 141
     and nothing on stderr, not a BrokenPipeError traceback (run_main)."""
     script = tmp_path / "many_lines.py"
-    script.write_text("import sys\nsys.path.insert(0, %r)\nfrom r1.config import run_main\n"
+    script.write_text("import sys\nsys.path.insert(0, %r)\nfrom r1.exits import run_main\n"
                       "run_main(lambda: [print('line', i) for i in range(200_000)])\n" % ROOT)
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout.readline() == b"line 0\n"

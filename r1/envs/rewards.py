@@ -4,13 +4,16 @@ A step's reward is the task's score of a final answer (0 on a tool step)
 plus the rubric: each term's weight times `fn(env, action, info)` (the env
 after the step, what the model sampled, the step's record), so a reward that
 needs more than the text and the gold answer is a term here, not a subclass
-of `ToolEnv.step`. Weights: the four shaping keys (`env.malformed_penalty`,
-`env.format_reward`, `env.tool_success_reward`, `env.command_reward`), then
-`env.rewards` for any other term; summed in that order from 0.0, a weight of
-0 skipping its term. A term only some envs can pay (`general=False`) is
-accepted only for a task listing it in `Task.rewards`. The config reads the
-registry live; docs/tasks.md walks through adding a term. Stdlib only
-(config validation imports it).
+of `ToolEnv.step`.
+
+Weights come from the config's `env.rewards`, a mapping of term to weight
+(`{malformed: -0.1, format: 0.05}`). ToolEnv sums malformed, format and
+tool_success first, then the others in the mapping's order, one after
+another from 0.0; a weight of 0 skips its term (not even called). A term's
+`sign` bounds its weight (-1: a penalty, <= 0; +1: a bonus, >= 0). A term that only some envs can pay (`general=False`) is accepted
+only for a task that lists it in `Task.rewards`. The config reads this table
+live: a term added here is a valid `env.rewards` name. docs/tasks.md walks
+through adding one. Stdlib only (config validation imports it).
 """
 from dataclasses import dataclass
 from typing import Callable
@@ -22,7 +25,7 @@ from r1.registry import Registry
 class Reward:
     fn: Callable  # fn(env, action, info) -> float, before the weight
     doc: str = ""
-    key: str | None = None  # the config key holding its weight; None: set it in env.rewards
+    sign: int = 0  # -1: the weight must be <= 0 (a penalty); +1: >= 0 (a bonus); 0: either
     general: bool = True  # any ToolEnv pays it; False: only tasks listing it in Task.rewards
     paid_by: str = ""  # for a task-only term: who pays it, as the config error says it
 
@@ -49,11 +52,11 @@ def tool_success(env, action, info) -> float:
 
 REWARDS = Registry("reward term", {
     "malformed": Reward(malformed, "a step with a malformed tool call or reply (use a negative weight)",
-                        key="env.malformed_penalty"),
+                        sign=-1),
     "format": Reward(format_ok, "tool calls all well formed, or a final answer in the task's answer format",
-                     key="env.format_reward"),
+                     sign=1),
     "tool_success": Reward(tool_success, "a tool step whose calls all ran without error",
-                           key="env.tool_success_reward"),
+                           sign=1),
 }, kind=Reward)
 register_reward = REWARDS.register  # (name, reward, replace=False): a task module's task-only terms, on import
 

@@ -107,8 +107,8 @@ class ToolEnv(Env):
     def __init__(self, tokenizer, make_prompt, score, tools=("calculator",), max_steps: int = 4,
                  malformed_penalty: float = 0.0, max_calls: int = 8, format_reward: float = 0.0,
                  tool_success_reward: float = 0.0, answer_format=None, rewards: dict | None = None, **context):
-        """The three shaping weights keep their config names; `rewards` adds {term: weight} of
-        r1/envs/rewards.REWARDS after them."""
+        """The weights of the malformed, format and tool_success terms, summed first; `rewards` ({term:
+        weight} of r1/envs/rewards.REWARDS, the config's env.rewards) sets them too and adds any other."""
         super().__init__(tokenizer, **context)
         self.make_prompt, self.score, self.answer_format = make_prompt, score, answer_format
         self.format_reward, self.tool_success_reward = format_reward, tool_success_reward
@@ -183,6 +183,5 @@ def tool_env(cfg, tokenizer, tools, make_prompt, score, answer_format=None) -> T
     """A ToolEnv with the config's env.* and rollout.* settings: the env factory of most tasks."""
     e = cfg.env
     return ToolEnv(tokenizer, make_prompt, score, tools=tuple(tools), max_steps=e.max_steps if tools else 1,
-                   malformed_penalty=e.malformed_penalty, format_reward=e.format_reward,
-                   tool_success_reward=e.tool_success_reward, answer_format=answer_format, rewards=e.rewards,
+                   answer_format=answer_format, rewards=e.rewards,
                    max_context=e.max_context, max_new_tokens=cfg.rollout.max_new_tokens, policy=e.context_policy)

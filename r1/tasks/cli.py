@@ -419,8 +419,8 @@ class CliEnv(ToolEnv):
     The sandbox folder is created at reset and removed (in the background, see remove_later) when the
     episode ends (a final answer or max_steps), at the next reset, on close(), or when the env is
     garbage collected.
-    `command_reward` (shaping, env.command_reward, default 0) is the weight of the `command` reward term
-    (`commands_accepted`), paid after the task-wide terms."""
+    `command_reward` (the config's env.rewards: {command: w}, default 0) is the weight of the `command`
+    reward term (`commands_accepted`), paid after the task-wide terms."""
 
     def __init__(self, tokenizer, tools=("shell",), command_reward: float = 0.0, max_output: int = MAX_OUTPUT,
                  rewards: dict | None = None, **kwargs):
@@ -472,15 +472,13 @@ def commands_accepted(env, action, info) -> float:
 
 
 register_reward("command", Reward(commands_accepted, "the sandbox accepted every shell command of the step",
-                                  key="env.command_reward", general=False, paid_by="the cli task's shell sandbox"))
+                                  sign=1, general=False, paid_by="the cli task's shell sandbox"))
 
 
 def cli_env(cfg, tokenizer, tools) -> CliEnv:
     """The env factory of the cli task: ToolEnv's config keys (env.*, rollout.max_new_tokens)."""
     e = cfg.env
-    return CliEnv(tokenizer, tools=tuple(tools), max_steps=e.max_steps, malformed_penalty=e.malformed_penalty,
-                  format_reward=e.format_reward, tool_success_reward=e.tool_success_reward,
-                  command_reward=e.command_reward, rewards=e.rewards, max_context=e.max_context,
+    return CliEnv(tokenizer, tools=tuple(tools), max_steps=e.max_steps, rewards=e.rewards, max_context=e.max_context,
                   max_new_tokens=cfg.rollout.max_new_tokens, policy=e.context_policy)
 
 
