@@ -32,7 +32,7 @@ set -u
 [ -d configs/ablations ] || { echo "bench/h200_ablate.sh: run it from the repository root (no configs/ablations here)"; exit 2; }
 for n in ${ONLY:-}; do [ -e "configs/ablations/$n.yaml" ] || { echo "bench/h200_ablate.sh: ONLY names $n, not in configs/ablations/"; exit 2; }; done
 . "$(dirname "$0")/base_abl.sh"; base_abl bench/h200_ablate.sh ${BASE_ABL:-} || exit 2  # the array `base`
-S=$1; R=$2; REC=${3:-configs/gsm8k_tool_30min.yaml}; mkdir -p "$R"
+S=$1; R=$2; REC=${3:-configs/gsm8k_tool.yaml}; mkdir -p "$R"
 T=${ABL_TIME:-300}; X=${EXTRA:-}
 read -r -a gpus <<< "${GPUS:-}"; G=${#gpus[@]}  # GPUS="0 1": lane k of a wave on GPU gpus[k % G]
 L=${LANES:-$((G > 0 ? G : 1))}; F=$(python3 -c "import math; print(round(0.88 / math.ceil($L / max($G, 1)), 3))")

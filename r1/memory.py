@@ -337,7 +337,7 @@ def estimate(cfg: Config, mc, world: int, device_type: str, capacity: int, devic
         if r["ref"]:
             items["ref"], notes["ref"] = 4 * P // world, "params" + shard
     adapters = bool(rank) and cfg.model.lora_generator == "adapters"
-    shared = world == 1 and g == 4 and (adapters or not rank) and not cfg.train.overlap  # overlap: its own copy
+    shared = world == 1 and g == 4 and (adapters or not rank) and not (training and cfg.train.overlap)  # overlap: own copy
     if r["generator"]:
         items["generator"] = 0 if shared else g * P
         notes["generator"] = "the policy itself" if shared else f"{'bf16' if g == 2 else 'fp32'} copy" + \

@@ -237,11 +237,11 @@ def test_micro_tokens_shrink_with_memory_and_checkpointing_comes_last():
 
 
 def test_the_fast_recipe_takes_the_big_micro_batches_that_fit_every_slot():
-    """configs/gsm8k_tool_30min_fast.yaml, every memory key auto: 65536-token micro-batches on an H200 (as
+    """configs/gsm8k_tool.yaml, every memory key auto: 65536-token micro-batches on an H200 (as
     docs/results/recipe3 ran), and on an 80-GB H100 half of that, not 16384 (docs/results/recipe4 ran 16384
     there: its update took 2.94 s against 1.57 s on the H200; docs/LOG.md, 2026-12-05); all 512 slots, no
     checkpointing, on both; a GPU too small for 32768 beside the slots falls back to 16384 or less."""
-    cfg = load_config("configs/gsm8k_tool_30min_fast.yaml")
+    cfg = load_config("configs/gsm8k_tool.yaml")
     for gib, micro in ((139.1, 65536), (78.4, 32768), (60, 16384)):
         plan = memory.plan(cfg, SMOLLM2, 1, "cuda", int(gib * GiB), "cuda:0")
         assert (plan.micro_tokens, plan.slots, plan.checkpointing) == (micro, 512, False), (gib, plan.line())
