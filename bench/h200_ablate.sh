@@ -2,7 +2,7 @@
 # The ablation table (issue 29): the recipe and every file in configs/ablations/ layered on it, RL from the
 # same SFT policy and seed, the same GPU time each, one lane at a time by default (LANES=1). Lanes side by side
 # on one GPU (LANES=N, each with its own memory plan, run.memory_fraction=0.88/N, micro-batches on auto: forcing
-# them small slowed PPO's update eight-fold, docs/LOG.md tenth session) buy nothing for this recipe: measured
+# them small slowed PPO's update eight-fold, docs/decisions.md "Micro-batch size") buy nothing for this recipe: measured
 # 2026-12-02 on one H200, five RL lanes in a wave ran at 0.18 of their speed alone each (33.5 s an iteration
 # against 5.97 s for the recipe's own run, which also had the whole GPU's memory plan), 0.89 of one run's
 # throughput all together, and a lane's share then depends on what its wave-mates run (the critic-free lanes

@@ -21,9 +21,9 @@ GiB = 2 ** 30
 MAX_MICRO_TOKENS = 16384
 # Up to this many tokens per micro-batch where they cost nothing: on CUDA, when every slot the iteration
 # wants fits beside them without activation checkpointing. A small model's update is bound by the host
-# launching its ops, and fewer, longer micro-batches launch fewer ops (docs/LOG.md). Half of it where only
+# launching its ops, and fewer, longer micro-batches launch fewer ops (docs/decisions.md, "Micro-batch size"). Half of it where only
 # that fits: the fast recipe on an 80-GB H100 took 16384 and its update ran 2.94 s against 1.57 s on an
-# H200 at 65536 (docs/LOG.md, 2026-12-05).
+# H200 at 65536.
 BIG_MICRO_TOKENS = 65536
 MAX_SLOTS = 512  # slots on auto: a batch of 512 episodes at once (64 prompts x 8), the recipes' largest
 SLOT_STEPS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 640, 768, 1024)  # r1/generate.py BUCKETS

@@ -101,7 +101,7 @@ def split_by_tokens(seqs: list, max_tokens: int, size=lambda s: len(s.ids), shar
 def collate(seqs: list, trajs, order: dict, device, share: bool = False) -> MicroBatch:
     """Pack `seqs` into one micro-batch. Built with numpy from per-span lengths: lists of every token's id,
     position, target and step turned into tensors by torch.tensor made packing 232 ms of host time per iteration
-    at configs/gsm8k_tool.yaml's batch, against 59 ms now (bench/host_score.py, docs/LOG.md 2026-12-02).
+    at configs/gsm8k_tool.yaml's batch, against 59 ms now (bench/host_score.py; docs/decisions.md).
     share: a sequence whose head another sequence here already holds is packed without it (module docstring)."""
     skip, owner = np.zeros(len(seqs), dtype=np.int64), np.arange(len(seqs))
     if share:

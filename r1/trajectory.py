@@ -196,8 +196,8 @@ def _all_valid(trajs: list, vocab_size: int) -> bool:
     """True only when check_episodes would find nothing: every step's logprobs are Python ints or floats,
     finite, as many as its response ids, which are Python ints in [0, vocab_size), and every reward is a
     finite number. Checked over the whole batch at once (check_episodes' element-by-element loop took 46 ms of
-    host time per iteration at configs/gsm8k_tool.yaml's batch, this 33: bench/host_score.py, docs/LOG.md
-    2026-12-02); anything it cannot vouch for, subclasses included, is left to that loop."""
+    host time per iteration at configs/gsm8k_tool.yaml's batch, this 33: bench/host_score.py,
+    docs/decisions.md "Host work of scoring"); anything it cannot vouch for, subclasses included, is left to that loop."""
     steps = [s for t in trajs for s in t.steps]
     if any(len(s.logprobs) != len(s.response_ids) for s in steps):
         return False
