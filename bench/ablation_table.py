@@ -4,7 +4,7 @@
 
 Several RESULTS_DIRs are sets run in different sessions, each with its own SFT policy and recipe lane: one
 table with a `set` column (the folder's name), every lane compared with the recipe lane of its own set only
-(two SFT runs of the same settings are not bitwise equal on a GPU, docs/LOG.md), curves one set a file.
+(two SFT runs of the same settings are not bitwise equal on a GPU, docs/decisions.md "Ablation lanes one at a time"), curves one set a file.
 
 One row per lane: iterations run in the shared time, validation accuracy (eval.py, all of the validation
 split carved from train: the table picks the next recipe, so it never reads the test split), the paired

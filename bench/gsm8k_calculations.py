@@ -7,7 +7,7 @@ made fewer calls than the reference has calculations, and with a baseline evalua
 the paired gained / lost per group (r1/compare.py). It describes an evaluation; it picks nothing, so reading
 a final recipe's test episodes with it does not tune on the test set.
 
-    python bench/gsm8k_calculations.py --config configs/gsm8k_tool_30min.yaml --split test EVAL [--base BASE_EVAL]
+    python bench/gsm8k_calculations.py --config configs/gsm8k_tool.yaml --split test EVAL [--base BASE_EVAL]
 
 EVAL, BASE_EVAL: eval.py's eval.out folders or their episode files (r1/trajectory.py EVAL_FILE). --split
 names the split the evaluation read (test, or val with the config's data.val_size), so problem ids find their

@@ -2,7 +2,7 @@
 # The ablation table (issue 29): the recipe and every file in configs/ablations/ layered on it, RL from the
 # same SFT policy and seed, the same GPU time each, one lane at a time by default (LANES=1). Lanes side by side
 # on one GPU (LANES=N, each with its own memory plan, run.memory_fraction=0.88/N, micro-batches on auto: forcing
-# them small slowed PPO's update eight-fold, docs/LOG.md tenth session) buy nothing for this recipe: measured
+# them small slowed PPO's update eight-fold, docs/decisions.md "Micro-batch size") buy nothing for this recipe: measured
 # 2026-12-02 on one H200, five RL lanes in a wave ran at 0.18 of their speed alone each (33.5 s an iteration
 # against 5.97 s for the recipe's own run, which also had the whole GPU's memory plan), 0.89 of one run's
 # throughput all together, and a lane's share then depends on what its wave-mates run (the critic-free lanes
@@ -32,7 +32,7 @@ set -u
 [ -d configs/ablations ] || { echo "bench/h200_ablate.sh: run it from the repository root (no configs/ablations here)"; exit 2; }
 for n in ${ONLY:-}; do [ -e "configs/ablations/$n.yaml" ] || { echo "bench/h200_ablate.sh: ONLY names $n, not in configs/ablations/"; exit 2; }; done
 . "$(dirname "$0")/base_abl.sh"; base_abl bench/h200_ablate.sh ${BASE_ABL:-} || exit 2  # the array `base`
-S=$1; R=$2; REC=${3:-configs/gsm8k_tool_30min.yaml}; mkdir -p "$R"
+S=$1; R=$2; REC=${3:-configs/gsm8k_tool.yaml}; mkdir -p "$R"
 T=${ABL_TIME:-300}; X=${EXTRA:-}
 read -r -a gpus <<< "${GPUS:-}"; G=${#gpus[@]}  # GPUS="0 1": lane k of a wave on GPU gpus[k % G]
 L=${LANES:-$((G > 0 ? G : 1))}; F=$(python3 -c "import math; print(round(0.88 / math.ceil($L / max($G, 1)), 3))")

@@ -22,7 +22,7 @@ me=${R1_SCRIPT_NAME:-bench/h200_ablate_set.sh}
 [ -n "${ONLY:-}" ] || { echo "$me: ONLY names no lane (e.g. ONLY=\"max_steps no_clip_higher\")"; exit 2; }
 for n in $ONLY; do [ -e "configs/ablations/$n.yaml" ] || { echo "$me: ONLY names $n, not in configs/ablations/"; exit 2; }; done
 . "$(dirname "$0")/base_abl.sh"; base_abl "$me" ${BASE_ABL:-} || exit 2
-M=$1; R=$2; CFG=${3:-configs/gsm8k_tool_30min.yaml}; mkdir -p "$R"
+M=$1; R=$2; CFG=${3:-configs/gsm8k_tool.yaml}; mkdir -p "$R"
 . "$(dirname "$0")/phases.sh"  # log, phase
 log "begin: ablation set ($ONLY), $(python3 -c 'import torch; print(torch.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu")') $CFG"
 read -r -a gpus <<< "${GPUS:-}"

@@ -4,7 +4,7 @@
 # with the rollout in a process of its own), PPO overlapped
 # again with the interpreter's thread switch interval at 0.2 ms (R1_SWITCH_US: is the interpreter lock what slows
 # the two threads side by side?), then the
-# micro_tokens lead of docs/LOG.md: PPO at train.micro_tokens=4096 with run.memory_fraction=0.15 (the lanes')
+# micro_tokens lead of docs/decisions.md ("Micro-batch size"): PPO at train.micro_tokens=4096 with run.memory_fraction=0.15 (the lanes')
 # and with the whole GPU, to tell small micro-batches from the memory cap (alloc_retries counts the
 # allocator's free-and-retry), then PPO synchronous and with the process under kernels.fuse_train=true (ppo-o0-ft,
 # ppo-o2-ft: does a 135M step's 1.03-1.145x reach the iteration?), then PPO and GRPO synchronous and PPO with the

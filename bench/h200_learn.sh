@@ -18,7 +18,7 @@
 #        SKIP (phase names not to run), PRE (a command run on GPU A before the lanes, on quiet GPUs),
 #        BENCH (a command lane 0 runs on GPU A while SFT trains on GPU B), EXTRA (a command lane 0 runs last,
 #        e.g. benchmarks once GPU A is free)
-# Example: the second 2026-11-30 run (docs/results/run2), from a copy of the repo, under setsid:
+# Example: the second run (docs/results.md, "The first recipe"), from a copy of the repo, under setsid:
 #   PYTHONPATH=/tmp/site:. RL_TIME=720 RL_LRS="1e-5 3e-5" SKIP="eval-base logprob-gap fsdp quickstart" \
 #     BENCH="python3 bench/rollout_multiturn.py; python3 bench/profile_decode.py" \
 #     EXTRA="python3 bench/rollout.py --save" \

@@ -14,7 +14,7 @@ set -u
 [ $# -ge 2 ] || { echo "usage: bench/h200_recipe.sh MODEL RESULTS_DIR [CONFIG] (see the comment at its top)"; exit 2; }
 [ -d configs/ablations ] || { echo "bench/h200_recipe.sh: run it from the repository root (no configs/ablations here)"; exit 2; }
 . "$(dirname "$0")/base_abl.sh"; base_abl bench/h200_recipe.sh ${BASE_ABL:-} || exit 2  # the array `base`
-M=$1; R=$2; CFG=${3:-configs/gsm8k_tool_30min.yaml}; mkdir -p "$R"
+M=$1; R=$2; CFG=${3:-configs/gsm8k_tool.yaml}; mkdir -p "$R"
 . "$(dirname "$0")/phases.sh"  # log, phase
 TV=$(python3 -c 'import torch; print(torch.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu")')
 DEV=${TV#* }  # the GPU's name (it has spaces), for bench/learning_result.py; one torch import for both

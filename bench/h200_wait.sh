@@ -4,8 +4,8 @@
 # progress, the log of a failed phase (else the newest log), and pack the results (bench/h200_collect.sh).
 # The job runs while its process (RESULTS_DIR/job.pid, written by phases.sh with a "begin:" line) lives; once
 # it is gone, the job is done if this run's part of progress.txt (from its last "begin:") says "all done" (any
-# case), else it died. A loop that waited on "ALL DONE" alone spent 540 s of device time on a job that had died
-# (docs/LOG.md, 2026-12-02). A failed phase alone does not end the wait: most jobs go on to their next phase.
+# case), else it died. A loop that waited on "ALL DONE" alone spent 540 s of device time on a job that had died.
+# A failed phase alone does not end the wait: most jobs go on to their next phase.
 #   bench/h200_wait.sh RESULTS_DIR REPO_DIR OUT_DIR [LIMIT]     (LIMIT: seconds, default 540)
 # Exit status: 0 done, every phase passed; 3 done, some phase failed; 1 the job died (its process is gone
 # without "all done"); 2 still running, or not started (call it again within 30 s); 4 no RESULTS_DIR.

@@ -1,6 +1,6 @@
 """Issue 29's rule, chosen before the run it judges: does a candidate recipe replace the recipe?
 
-The rule (docs/LOG.md, 2026-12-04): the candidate becomes the recipe if the mean of its in-run validation
+The rule (docs/decisions.md, "Tuning on a validation split"): the candidate becomes the recipe if the mean of its in-run validation
 reads (eval_accuracy, all 500 validation problems, every eval.every iterations) in the second half of its RL
 time is at least the recipe's over the second half of its own. "The second half of its RL time" is the reads
 logged after half the loop's last `time_elapsed` (the RL loop's wall time, held-out reads included, the same

@@ -121,7 +121,7 @@ def main(argv=None) -> dict:
     p.add_argument("--model", default="135m", help="135m or 3b (random weights of that shape)")
     p.add_argument("--prompts", type=int, default=64)
     p.add_argument("--n", type=int, default=8)
-    # the means of the PPO lane's 500 validation episodes (docs/results/overlap_pair_ppo/val-recipe.jsonl.gz):
+    # the means of a PPO run's 500 validation episodes (docs/results.md, "Sharing the prompt"):
     # first prompt 366 tokens, whole sequence 584
     p.add_argument("--prompt-len", type=int, default=366)
     p.add_argument("--own-mean", type=float, default=218.0)

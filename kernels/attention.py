@@ -1,63 +1,17 @@
 """Attention dispatch shared by the generator and the trainer.
 
-Two entry points, both on packed (unpadded) queries:
+Two entry points, both on packed (unpadded) queries: `varlen_attention`, causal self-attention over
+packed sequences (`cu_seqlens`: training, scoring, anything without a cache), and `cache_attention`,
+queries of some rows attending to those rows' KV cache (prefill, chunked continuation and the one-token
+decode step are the same call; bottom-right causal alignment, as in FlashAttention).
 
-- `varlen_attention`: causal self-attention over packed sequences
-  (`cu_seqlens`), used by training, scoring and anything without a cache.
-- `cache_attention`: queries of some rows attend to those rows' KV cache
-  (which already holds the new keys). Prefill, chunked continuation and the
-  one-token decode step are the same call; query i of a row with Tq new
-  tokens and kv_len valid keys sits at position kv_len - Tq + i
-  (bottom-right causal alignment, as in FlashAttention).
-
-Chunks (several new tokens per row, e.g. an observation appended to a live
-row) go on CUDA in fp16/bf16 to the Triton kernel of kernels/triton_chunk.py,
-which reads each row's keys in place with a causal limit per query and no
-host sync; elsewhere through one padded SDPA call (`_sdpa_chunks`), whose
-boolean mask sent SDPA to a materialising kernel on the H200 (110 ms per
-continuation prefill of the 135M shape in the agent loop, half its wall time).
-
-Backends, picked per call: FlashAttention-4 (`fa4`: `flash_attn.cute`, the
-CuTe DSL package of requirements-gpu.txt) on a Hopper or newer GPU (compute
-capability >= 9) in fp16/bf16, then the `flash_attn` package when installed (CUDA,
-fp16/bf16), torch's own FlashAttention `varlen_attn` (torch >= 2.10, CUDA,
-fp16/bf16), else a math path that loops over sequences with SDPA. The math
-path is the reference the tests compare the others with; it needs host
-sync (lengths as Python ints), which is fine on the CPU. When the backend is
-picked automatically and is "math" (the CPU, fp32 on CUDA), a decode step
-takes the batched `_sdpa_decode` instead (over the first max_kv keys when the
-caller knows max_kv, else all L with a mask: no host sync, so an fp32 decode
-graph can be captured), and chunks with a known max_kv take `_sdpa_chunks`.
-
-Decode (one query per row) where `varlen_attn` does not read the cache
-(torch 2.11 has no seqused_k/block_table; on newer torch the paged path is
-opt-in with kernels.paged=true, untested on a GPU) and flash_attn is absent: the Triton
-kernel of kernels/triton_decode.py reads each row's valid keys in place.
-Without triton it falls back to `_sdpa_decode`, which gathers every row's
-whole slot (all L positions) per layer per step. kernels.attention forces a backend
-for every call, training included: kernels.attention=sdpa gives that gather+SDPA decode
-(the old behaviour), kernels.attention=triton the kernel even where the paged torch path
-exists. With kernels.attention=sdpa, chunks take the batched SDPA path and training
-the math path; with kernels.attention=triton, everything but decode takes the math path.
-kernels.decode=sdpa switches the decode step alone back to gather+SDPA, and
-kernels.chunks=sdpa sends chunks to the padded SDPA call, kernels.chunks=loop to the
-per-row loop (all for comparisons).
-
-fa4 takes packed causal attention (training forward and backward through its
-autograd function, scoring, a generator's first prompts): native GQA, no K/V
-repeated, the only backend that needs no copy for 16 q / 2 kv heads on torch
-2.11. Its import is guarded (any error: absent, silently, so the CPU and GPUs
-without the package run as before); kernels.fa4=false stops picking it, kernels.attention=fa4
-forces it (a one-line error where it cannot run). Cache reads (decode, chunks)
-stay on the Triton kernels unless kernels.fa4_cache=true sends them to fa4 through a
-page table of one page per slot and seqused_k (or kernels.attention=fa4): on one H200
-(2026-12-01, bench/h200_fa4.sh) a decode step of 256 rows took fa4 62 us against
-Triton's 34 us, and the 3B-shape agent loop ran at 0.71x, so Triton stays the
-default for cache reads (bench/results/attention_h200.json). The package is a beta whose
-API moves; a call refused for its signature (TypeError) prints one line naming
-the version and turns fa4 off for the process, falling back to the next backend;
-so does a failed backward, tried once on tiny inputs before the first forward
-that builds a graph (a backward that moved would otherwise fail mid-update).
+Backends, picked per call: FlashAttention-4 (`fa4`, `flash_attn.cute`) on compute capability >= 9 in
+fp16/bf16, the `flash_attn` package, torch's `varlen_attn` (CUDA fp16/bf16), else a math path that loops
+over sequences with SDPA: the reference the tests compare the others with. Cache reads go to the Triton
+kernels (kernels/triton_decode.py, kernels/triton_chunk.py), which read each row's keys in place with no
+host sync; without Triton, to batched SDPA. kernels.attention forces a backend everywhere; kernels.decode, kernels.chunks,
+kernels.paged, kernels.fa4 and kernels.fa4_cache switch single paths (docs/running.md). Why each default:
+docs/decisions.md, "Attention backends".
 """
 import functools
 import inspect
@@ -113,6 +67,24 @@ def use(attention: str = "auto", decode: str = "auto", chunks: str = "auto", fa4
     PAGED = "block_table" in _PARAMS and GQA and paged
 
 
+# Dispatch details. When the backend is picked automatically and is "math" (the CPU, fp32 on CUDA),
+# a decode step takes the batched `_sdpa_decode` (over the first max_kv keys when the caller knows max_kv,
+# else all L with a mask: no host sync, so an fp32 decode graph can be captured), and chunks with a known
+# max_kv take `_sdpa_chunks`. Decode without flash_attn and without a paged torch path (opt-in with
+# kernels.paged=true on newer torch, untested on a GPU) takes the Triton decode kernel; without triton,
+# `_sdpa_decode`, which gathers every row's whole slot per layer per step. kernels.attention=sdpa gives that
+# gather+SDPA decode, batched SDPA chunks and the math path for training; kernels.attention=triton the kernel even
+# where the paged torch path exists, the math path for the rest. kernels.decode=sdpa switches the decode step
+# alone back to gather+SDPA; kernels.chunks=sdpa sends chunks to one padded SDPA call, kernels.chunks=loop to the
+# per-row loop.
+# fa4 takes packed causal attention (training forward and backward through its autograd function,
+# scoring, a generator's first prompts): native GQA, no K/V repeated. Its import is guarded (any error:
+# absent, silently); kernels.fa4=false stops picking it, kernels.attention=fa4 forces it (a one-line error where it cannot
+# run). Cache reads stay on the Triton kernels unless kernels.fa4_cache=true sends them to fa4 through a page
+# table of one page per slot and seqused_k. The package is a beta whose API moves: a call refused for its
+# signature (TypeError) prints one line naming the version and turns fa4 off for the process, falling
+# back to the next backend; so does a failed backward, tried once on tiny inputs before the first forward
+# that builds a graph.
 def _disable_paged():
     global PAGED
     PAGED = False

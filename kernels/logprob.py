@@ -1,39 +1,15 @@
 """Per-token log-probability and entropy of the LM head, without [N, V] fp32 logits.
 
-RL needs, for each sampled token, log p(target) and the entropy of
-softmax(logits / T), with gradients wrt the hidden states and the LM head.
-Materialising fp32 logits costs N * V * 4 bytes (10 GB at N=16k, V=152k for
-Qwen2.5), and autograd would keep several such tensors. `logprob_entropy`
-instead walks the tokens in chunks of `chunk_size` rows:
-
-  forward   logits_c = hidden_c @ W^T (input dtype), z = fp32(logits_c) / T,
-            lse = logsumexp(z), logp = z[target] - lse, H = -sum p log p.
-            Only lse and H ([N] fp32) are saved, never the logits.
-  backward  recompute logits_c, form dz, then dlogits = dz / T and
-            grad_hidden_c = dlogits @ W,  grad_W += dlogits^T @ hidden_c
-            (grad_W summed over chunks in an fp32 accumulator for bf16/fp16).
-
-Extra memory is O(chunk_size * V) plus the [V, H] accumulator.
-
-Gradient wrt z (a row; p = softmax(z), log p_j = z_j - lse, S = sum_k p_k z_k):
-
-  d logp / d z_j = onehot_j - p_j
-  H = lse - S,  d lse / d z_j = p_j,  d p_k / d z_j = p_k (delta_kj - p_j)
-  d S / d z_j = p_j + sum_k z_k p_k (delta_kj - p_j) = p_j + p_j (z_j - S)
-  d H / d z_j = p_j - p_j - p_j (z_j - S) = -p_j (z_j - S) = -p_j (log p_j + H)
-
-The last form (z_j - S = log p_j + lse - S = log p_j + H) is used because it
-needs only the saved lse and H and does not subtract two large numbers. With
-upstream gradients g (for logp) and h (for H):
-
-  dz_j = g (onehot_j - p_j) - h p_j (log p_j + H),   dlogits = dz / T.
-
-On CUDA with `triton` importable, the per-chunk softmax statistics and the
-dz formation run in the Triton kernels of kernels/triton_logprob.py, which
-read the chunk's logits in their own dtype and write dlogits over them, so no
-fp32 copy of a chunk exists; the matmuls stay in cuBLAS. Elsewhere the torch
-functions below do the same work (`chunk_stats_`, `chunk_dlogits_`); they are
-also what the Triton kernels are tested against.
+RL needs, for each sampled token, log p(target) and the entropy of softmax(logits / T), with gradients
+wrt the hidden states and the LM head. Materialising fp32 logits costs N * V * 4 bytes (10 GB at N=16k,
+V=152k) and autograd would keep several such tensors. `logprob_entropy` walks the tokens in chunks:
+the forward computes a chunk's logits, its logsumexp, logp and entropy, and saves only lse and H ([N]
+fp32); the backward recomputes the chunk's logits and forms dlogits = dz / T from the saved lse and H
+(derivation below), then grad_hidden = dlogits @ W and grad_W += dlogits^T @ hidden (fp32 accumulator).
+Extra memory is O(chunk_size * V) plus the [V, H] accumulator. On CUDA with triton, the softmax
+statistics and dz run in kernels/triton_logprob.py, which read logits in their own dtype and write
+dlogits over them; elsewhere the torch functions here (`chunk_stats_`, `chunk_dlogits_`), which are
+also what those kernels are tested against.
 """
 import torch
 
@@ -43,6 +19,14 @@ except ImportError:  # pragma: no cover - depends on the machine
     triton_logprob = None
 
 
+# Gradient wrt z (a row; p = softmax(z), log p_j = z_j - lse, S = sum_k p_k z_k):
+#   d logp / d z_j = onehot_j - p_j
+#   H = lse - S,  d lse / d z_j = p_j,  d p_k / d z_j = p_k (delta_kj - p_j)
+#   d S / d z_j = p_j + sum_k z_k p_k (delta_kj - p_j) = p_j + p_j (z_j - S)
+#   d H / d z_j = p_j - p_j - p_j (z_j - S) = -p_j (z_j - S) = -p_j (log p_j + H)
+# The last form (z_j - S = log p_j + lse - S = log p_j + H) needs only the saved lse and H and does not
+# subtract two large numbers. With upstream gradients g (for logp) and h (for H):
+#   dz_j = g (onehot_j - p_j) - h p_j (log p_j + H),   dlogits = dz / T.
 def logprob_entropy_reference(hidden, weight, targets, temperature=1.0):
     """Naive oracle: hidden [N, H], weight [V, H], targets [N] -> (logp [N], entropy [N]).
 

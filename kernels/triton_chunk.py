@@ -1,32 +1,14 @@
 """Triton attention for chunks: several new queries per row over the row's KV cache, read in place.
 
-A chunk is what an agent's turn boundary prefills: the observation (and the
-forced end of the assistant turn) appended to a live row, so row b brings
-n_b new queries at positions kv_len_b - n_b .. kv_len_b - 1 of its slot and
-attends causally to every key up to its own position (bottom-right alignment,
-as in FlashAttention). The batched SDPA path (kernels/attention.py
-_sdpa_chunks) pads queries to the longest chunk, gathers every row's keys up
-to the longest kv_len and builds a boolean mask, which sends SDPA to a
-materialising kernel: 110 ms per continuation prefill of the SmolLM2-135M
-shape on the H200 (bench/agent_rollout.py), half the agent loop's wall time.
-
-Design, from kernels/triton_decode.py:
-- One program per (row, KV head, block of BLOCK_M new queries). The G query
-  heads of the KV head ride along: the program's query tile is
-  [BLOCK_M * G_PAD, D] (token i, head g at tile row i * G_PAD + g; G_PAD the
-  power of two >= G), so each key block is read once for all of them.
-- Keys are walked in blocks of BLOCK_N from position 0 up to the tile's last
-  query position, online softmax in fp32 (exp2, log2(e) in the scale), the
-  causal and validity masks applied per tile row. Padding tile rows (past
-  the row's n_b, or g >= G) load zeros and are not stored.
-- Rows, kv_lens and cu_q stay on the GPU: no host sync. The grid needs only
-  max_q, a host int the generator already has.
-- kv_lens are clamped to L; a row with no new query does nothing.
-
-`chunk_attention` is the entry point; kernels/attention.py::cache_attention
-calls it for chunks on CUDA in fp16/bf16 (kernels.chunks=sdpa or loop: the older
-paths). tests/test_attention.py checks it against the per-row reference,
-under TRITON_INTERPRET=1 on the CPU and on CUDA.
+A chunk is what an agent's turn boundary prefills: the observation appended to a live row, so row b
+brings n_b new queries at the last n_b positions of its slot and attends causally to every key up to its
+own position (bottom-right alignment). The batched SDPA path pads queries, gathers keys and builds a
+boolean mask, which sends SDPA to a materialising kernel (docs/decisions.md, "Attention backends"). As in
+kernels/triton_decode.py: one program per (row, KV head, block of BLOCK_M new queries), the G query heads
+of the KV head riding along in one tile so each key block is read once for all; online softmax in fp32;
+rows, kv_lens and cu_q on the GPU (no host sync; the grid needs only max_q). `chunk_attention` is the
+entry point; kernels/attention.py::cache_attention calls it on CUDA in fp16/bf16; tests/test_attention.py
+checks it against the per-row reference, under TRITON_INTERPRET=1 on the CPU and on CUDA.
 """
 import math
 import os
@@ -38,6 +20,11 @@ import triton.language as tl
 from kernels.triton_decode import LOG2E, supports  # noqa: F401 (supports: same tensor requirements)
 
 
+# Tile layout: [BLOCK_M * G_PAD, D], token i and head g at tile row i * G_PAD + g (G_PAD the power of
+# two >= G). Keys are walked in blocks of BLOCK_N from position 0 up to the tile's last query position,
+# exp2 with log2(e) in the scale, causal and validity masks per tile row; padding tile rows (past the
+# row's n_b, or g >= G) load zeros and are not stored. kv_lens are clamped to L; a row with no new query
+# does nothing.
 @triton.jit
 def _chunk_block(q, k_base, v_base, n0, hi, qpos, sk_l, sv_l, qk_scale, acc, m_i, l_i,
                  D: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr):

@@ -1,41 +1,14 @@
 """Triton flash-decoding over the generator's KV cache, read in place.
 
-The one-token decode step: row b's single query q[b] [Hq, D] attends to the
-first kv_lens[b] positions of slot rows[b] of k_cache/v_cache [S, L, Hkv, D].
-torch 2.11's varlen_attn cannot read a cache, and the SDPA fallback gathers
-every row's whole slot (all L positions) per layer per step; this kernel reads
-only the kv_lens[b] valid keys of each row, where they lie.
-
-Design:
-- One program per (row, KV head, split). GQA: the G = Hq / Hkv query heads of
-  a KV head share its keys, so the program loads them as one [G_PAD, D] tile
-  and each key block is read once for all G heads. G_PAD = max(16, pow2 >= G)
-  because tl.dot needs M >= 16; the padded rows are zeros and are not stored.
-  Decode is bound by reading K/V, so the wasted tensor-core work is free.
-- The program walks its key range in blocks of BLOCK_N positions with an
-  online softmax in fp32 (exp2 with log2(e) folded into the scale
-  1/sqrt(D)); p is cast to the cache dtype for the p @ V dot, as FlashAttention does.
-- kv_lens and rows stay on the GPU: the loop bound is loaded inside the
-  kernel, the grid depends only on shapes, so the call is CUDA-graph
-  capturable and a replay with new kv_lens/rows is correct.
-- Split-K only when the grid is small (few rows, e.g. the tail of a rollout
-  or eval): once B * Hkv >= 2 x SMs (264 on an H200; B >= 132 with 2 KV
-  heads, the usual RL batch of 256 rows) splits = 1 and the kernel writes the
-  output directly. Otherwise each split takes an equal share of its row's kv_len
-  (rounded up to BLOCK_N; the share is computed in the kernel from the
-  loaded length) and writes fp32 partials (m, l, unnormalised acc); a second
-  small kernel merges them per (row, query head).
-- BLOCK_N = 64, 4 warps: compiled offline for sm_90 it uses ~90 registers,
-  no spills, and the loop is software-pipelined (cp.async); not yet tuned by
-  timing (bench/decode_attention.py). Under TRITON_INTERPRET=1 the same block
-  step runs in a while loop, since the interpreter's range() cannot take the
-  loaded bounds under NumPy >= 2.4.
-- kv_lens > L is clamped to L (what the masked SDPA path does); kv_len 0
-  gives zeros (SDPA would give NaN); the generator never sends either.
-
-`decode_attention` is the entry point; kernels/attention.py::cache_attention
-calls it for decode steps, and tests/test_decode_kernel.py compares it with
-the SDPA reference there. Importing this module fails without triton.
+The one-token decode step: row b's query q[b] [Hq, D] attends to the first kv_lens[b] positions of slot
+rows[b] of k_cache/v_cache [S, L, Hkv, D]. torch 2.11's varlen_attn cannot read a cache and the SDPA
+fallback gathers every row's whole slot per layer per step; this kernel reads only each row's valid keys,
+where they lie. One program per (row, KV head, split); the G query heads of a KV head share its key
+blocks; an online softmax in fp32; kv_lens and rows stay on the GPU, so the call is CUDA-graph
+capturable. Split-K only when the grid is small (a rollout's tail), with a second kernel merging the
+partials. `decode_attention` is the entry point; kernels/attention.py::cache_attention calls it and
+tests/test_decode_kernel.py compares it with the SDPA reference. Importing this module fails without
+triton.
 """
 import functools
 import math
@@ -48,6 +21,17 @@ import triton.language as tl
 LOG2E = 1.4426950408889634
 
 
+# Design details. GQA: the G = Hq / Hkv query heads are one [G_PAD, D] tile, G_PAD = max(16, pow2 >= G)
+# because tl.dot needs M >= 16; padded rows are zeros and not stored (decode is bound by reading K/V, so
+# the wasted tensor-core work is free). Keys are walked in blocks of BLOCK_N with exp2 and log2(e) folded
+# into the scale 1/sqrt(D); p is cast to the cache dtype for p @ V, as FlashAttention does. Split-K: once
+# B * Hkv >= 2 x SMs, splits = 1 and the kernel writes the output directly; otherwise each split takes an
+# equal share of its row's kv_len (rounded up to BLOCK_N, computed in the kernel from the loaded length)
+# and writes fp32 partials (m, l, unnormalised acc) that _combine_kernel merges per (row, query head).
+# BLOCK_N = 64, 4 warps: ~90 registers on sm_90, no spills, software-pipelined; not tuned by timing
+# (bench/decode_attention.py). Under TRITON_INTERPRET=1 the block step runs in a while loop (the
+# interpreter's range() cannot take loaded bounds under NumPy >= 2.4). kv_lens > L is clamped to L (as
+# the masked SDPA path); kv_len 0 gives zeros (SDPA would give NaN); the generator never sends either.
 @triton.jit
 def _attend_block(q, k_base, v_base, n0, end, sk_l, sv_l, qk_scale, acc, m_i, l_i,
                   D: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr):

@@ -1,34 +1,23 @@
 """Triton kernels for one chunk of kernels/logprob.py: softmax statistics and dlogits.
 
-The chunk's logits [C, V] come from cuBLAS in the model's dtype (bf16 for a
-real run). The torch path upcasts them to an fp32 [C, V] copy (2.4 GB at
-C=4096, V=152k) and makes one or two more such temporaries; these kernels read
-each element in its own dtype, do the fp32 math in registers, and (backward)
-write dlogits over the logits buffer, so a chunk costs only its logits.
-
-One program per row, walking V in blocks:
-- `_stats_kernel`: online logsumexp in a single pass. With running max m,
-  s = sum exp(z - m) and a = sum exp(z - m) (z - m), a new max m' rescales
-  s' = s e^(m - m') and a' = e^(m - m') (a + (m - m') s). At the end
-  lse = m + log s and H = lse - sum p z = log s - a / s, which needs no
-  difference of two large numbers.
-- `_dlogits_kernel`: dz_j = g (onehot_j - p_j) - h p_j (log p_j + H) with
-  p_j = exp(z_j - lse), dlogits = dz / T (derivation in kernels/logprob.py).
-
-V is a compile-time constant: one compilation per vocabulary, a loop bound the
-compiler knows, and the interpreter (TRITON_INTERPRET=1) keeps working under
-NumPy 2.5, which refuses to use its 1-element array for a runtime int as a
-range bound.
-
-Importing this module fails without triton; kernels/logprob.py then uses its
-torch functions. Both entry points take the same arguments as their torch
-twins there, which the tests compare them against.
+The chunk's logits [C, V] come from cuBLAS in the model's dtype. The torch path upcasts them to an fp32
+[C, V] copy (2.4 GB at C=4096, V=152k) and more temporaries; these kernels read each element in its own
+dtype, do the fp32 math in registers, and (backward) write dlogits over the logits buffer. One program
+per row, walking V in blocks: `_stats_kernel` is a one-pass online logsumexp that also gives the entropy
+without subtracting two large numbers; `_dlogits_kernel` forms dz (derivation in kernels/logprob.py).
+V is a compile-time constant: one compilation per vocabulary, and TRITON_INTERPRET=1 keeps working under
+NumPy 2.5. Importing this module fails without triton; kernels/logprob.py then uses its torch functions,
+which take the same arguments and which the tests compare these against.
 """
 import torch
 import triton
 import triton.language as tl
 
 
+# _stats_kernel: with running max m, s = sum exp(z - m) and a = sum exp(z - m) (z - m), a new max m'
+# rescales s' = s e^(m - m') and a' = e^(m - m') (a + (m - m') s); at the end lse = m + log s and
+# H = lse - sum p z = log s - a / s. _dlogits_kernel: dz_j = g (onehot_j - p_j) - h p_j (log p_j + H) with
+# p_j = exp(z_j - lse), dlogits = dz / T.
 @triton.jit
 def _stats_kernel(logits_ptr, row_stride, targets_ptr, lse_ptr, logp_ptr, entropy_ptr, V: tl.constexpr, inv_t,
                   WITH_ENTROPY: tl.constexpr, BLOCK: tl.constexpr):

@@ -1,43 +1,15 @@
 """Triton kernel for r1/generate.py::sample: one pass over each row's logits per decode step.
 
-The torch path makes ~20 full passes over [B, V] per step (logits / T,
-log_softmax, the int64 hash of `row_noise` with its [B, V] int64
-temporaries, the race, gather): gigabytes of traffic at B=256, V=152k. Here
-one program per row walks V in blocks, reads each logit once in its own
-dtype (bf16 or fp32; math in fp32) and keeps per-lane running state in
-registers:
-- an online logsumexp of z = logits * (1/T): running max m and
-  s = sum exp(z - m), updated with one exp per element (the larger of m, z
-  becomes the new max, the smaller one's term is exp(lo - hi));
-- the exponential race: key = z - log q with q the row's Exponential(1)
-  noise, kept as (best key, its index, its z). A lane updates only on a
-  strictly larger key and the final reduction takes the smallest index among
-  lanes holding the maximum, so ties go to the first index, as torch.argmax.
-At the end tok = that index and logprob = z[tok] - (m + log s): the
-full-vocabulary log softmax(logits / T)[tok]. Greedy (T = 0) races z itself
-with T = 1 for the logprob.
+The torch path makes ~20 full passes over [B, V] per step (temperature, log_softmax, the int64 noise
+hash and its temporaries, the race, gather). Here one program per row walks V in blocks, reads each logit
+once in its own dtype (math in fp32) and keeps in registers an online logsumexp of z = logits * (1/T) and
+the exponential race (key = z - log q, q the row's Exponential(1) noise; ties to the first index, as
+torch.argmax). At the end tok = the winner and logprob = z[tok] - logsumexp(z): the full-vocabulary log
+softmax(logits / T)[tok]. Greedy (T = 0) races z itself with T = 1 for the logprob.
 
-Bit-exact noise. `_uniform` is `r1.generate.row_uniform` op for op: the same
-splitmix64 constants, on uint64 (wrapping multiplies, logical shifts: the
-same bits as torch's int64 with masked shifts), then the same fp32 ops
-u = min((float(x >> 40) + 0.5) * 2^-24, 1 - 2^-24) and q = -log(u). Three
-things keep the fp32 values identical to torch's:
-- z = logits * (1/T) is a multiply by the fp32 reciprocal, as torch does
-  (Triton's `/` is an approximate division);
-- `enable_fp_fusion=False`, so z - log q is not contracted into an FMA that
-  skips rounding z;
-- compiled for NVIDIA, tl.log is libdevice's __nv_logf (Triton 3.6 emits the
-  same PTX for tl.log and libdevice.log: no lg2.approx), i.e. the CUDA math
-  library's logf that torch.log calls; the inputs (u, q) are normal floats,
-  so Triton's flush-to-zero libdevice variant computes the same values.
-  Under TRITON_INTERPRET=1 it is NumPy's log, which differs from torch's CPU
-  log by up to a few ulp, so on CPU only u is bit-exact and a token could
-  differ from the torch path's on a near-tie.
-Only seeded sampling with top_k == 0 and top_p == 1 comes here; the other
-cases stay on the torch path (see r1/generate.py::sample).
-
-V is a compile-time constant, as in kernels/triton_logprob.py: one
-compilation per vocabulary, and the interpreter keeps working under NumPy 2.5.
+The noise is bit-exact with `r1.generate.row_uniform`: the same splitmix64 on uint64, then the same fp32
+ops. Only seeded sampling with top_k == 0 and top_p == 1 comes here; other cases stay on the torch path.
+V is a compile-time constant: one compilation per vocabulary.
 """
 import torch
 import triton
@@ -46,6 +18,16 @@ import triton.language as tl
 U_MAX = tl.constexpr(1.0 - 2.0**-24)  # largest fp32 below 1: (2^24 - 1 + 0.5) rounds up to 2^24 in fp32
 
 
+# What keeps the fp32 values identical to torch's: z = logits * (1/T) is a multiply by the fp32
+# reciprocal, as torch does (Triton's `/` is an approximate division); enable_fp_fusion=False, so z - log q
+# is not contracted into an FMA that skips rounding z; compiled for NVIDIA, tl.log is libdevice's __nv_logf
+# (Triton 3.6 emits the same PTX for tl.log and libdevice.log: no lg2.approx), the CUDA math library's
+# logf that torch.log calls; the inputs (u, q) are normal floats, so the flush-to-zero variant computes
+# the same values. Under TRITON_INTERPRET=1 it is NumPy's log, which differs from torch's CPU log by up to
+# a few ulp, so on the CPU only u is bit-exact and a token could differ on a near-tie. The online
+# logsumexp keeps a running max m and s = sum exp(z - m), one exp per element; a lane updates its race
+# only on a strictly larger key and the final reduction takes the smallest index among lanes holding the
+# maximum. u = min((float(x >> 40) + 0.5) * 2^-24, 1 - 2^-24), q = -log(u).
 @triton.jit
 def _mix(x):
     """splitmix64 finaliser on uint64."""

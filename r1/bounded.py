@@ -1,18 +1,13 @@
 """Bounded reading: every file the project reads back is a regular file, has a size cap, and stays inside
 the folder it was named from.
 
-A FIFO given as a config blocks `open()` until someone writes to it; `/dev/zero` never ends; a 3 MB
-`.jsonl.gz` can inflate to gigabytes; a model folder's index can name `../../x.safetensors`. Each of
-these is one `ValueError` naming the file, which train.py, eval.py and the `python -m r1.*` commands
-print as one `error:` line with exit status 2 (`r1.exits.USER_ERRORS`).
-
-Checked at open, not before: a file is opened non-blocking (so a FIFO without a writer cannot hang the
-open), then `fstat`-ed, so what is checked is what is read. A path inside a folder the user named is
-resolved (symlinks followed) and must still be inside that folder.
-
-The caps themselves, each with the reason for its size, sit beside the code that reads the file
-(weights.py, tokenizer.py, trajectory.py, plot.py, tasks/gsm8k.py, config.py). stdlib only: the trajectory
-and plot commands import it.
+A FIFO given as a config blocks `open()`; `/dev/zero` never ends; a 3 MB `.jsonl.gz` can inflate to
+gigabytes; a model folder's index can name `../../x.safetensors`. Each is one `ValueError` naming the
+file, printed by the commands as one `error:` line with exit status 2 (`r1.exits.USER_ERRORS`).
+Checked at open, not before: a file is opened non-blocking, then `fstat`-ed, so what is checked is what
+is read; a path inside a named folder is resolved (symlinks followed) and must stay inside it. The caps,
+each with its reason, sit beside the code that reads the file. stdlib only: the trajectory and plot
+commands import it.
 """
 import gzip
 import io

@@ -1,42 +1,16 @@
 """CUDA graphs for prefill chunks: a first prompt, or an observation appended to a live row.
 
-Owns capturing and replaying those forwards. A turn boundary prefills a
-chunk of a few dozen rows of tens of tokens: almost no GPU work, but an
-eager forward launches tens of kernels per layer from Python, so the host's
-launch time dominated the agent loop (docs/LOG.md has the measurements).
-The decode step already ran in graphs; this does the same for chunks.
+Owns capturing and replaying those forwards. A turn boundary prefills a chunk of a few dozen rows of tens
+of tokens: almost no GPU work, but an eager forward launches tens of kernels per layer from Python, so
+the host's launch time dominated the agent loop (docs/decisions.md, "CUDA graphs"). A graph replays
+fixed shapes, so a chunk is padded to a bucket (tokens, rows, longest row) with pad rows that write only
+the generator's scratch slot; real rows' hidden states are the unpadded forward's up to matmul rounding
+(tested on the CPU by running the padded layout eagerly: `pad`). A shape no bucket holds, a full graph
+table or a failed capture falls back to the eager forward. R1_CHUNK_GRAPHS=0 turns it off.
 
-A graph replays fixed shapes, so a chunk is padded to a bucket:
-(Np tokens, Bp rows, Qp the longest row), with real rows and tokens first,
-then pad rows of at most Qp tokens that write to positions 0.. of the
-generator's scratch slot, then empty rows up to Bp (the attention kernels skip
-a row with no query). Real rows never read the scratch slot, so their hidden
-states are the unpadded forward's up to the matmuls' rounding for another M
-(tested on the CPU by running the padded layout eagerly: `pad`). Graphs are
-keyed by (fresh, Np, Bp, Qp), captured on first use (two warm-up forwards,
-then the capture), and share one memory pool; each writes its hidden states
-into one shared output buffer, read at once by the caller (the next replay
-overwrites it). A shape no bucket holds, a full graph table, or a failed
-capture falls back to the eager forward (a failed capture turns graphs off
-for that kind of chunk, first prompts or continuations, with one printed line).
-
-Used only where the attention of a chunk needs no host value but the bucket's
-max_q: torch's varlen FlashAttention or fa4 (first prompts) and, for chunks that
-extend live rows (continuations, and the generator's mixed steps, where decode
-rows bring one token each), the Triton decode and chunk kernels by row
-(CacheStep.by_row), which need not even max_q: those graphs are keyed by token
-and row buckets only, with pad rows of PAD_Q tokens, so the shapes a rollout
-meets stop being new after a few iterations. CUDA fp16/bf16, with no kernels.attention /
-kernels.chunks override. kernels.chunk_graphs=false turns it off (for comparisons).
-
-Under train.overlap a graph is captured only while no other thread works on the
-GPU (`hold_captures`): a device-wide synchronize in another thread while one
-captures fails the capture and raises in the synchronizing thread (the 30-minute
-recipe died so on an H200, 2026-12-02: Inductor autotuning the update's first
-kernel synchronizes the device). A capture held off is deferred, not failed:
-that chunk or decode step runs eagerly and the shape is captured the next time
-it comes while nothing holds captures (under overlap that is rare once warm:
-the rollout usually ends before the update; `captures_deferred` counts them).
+Under train.overlap a graph is captured only while no other thread works on the GPU (`hold_captures`):
+a device-wide synchronize in another thread fails a capture in flight. A held-off capture is deferred
+(that chunk runs eagerly; `captures_deferred` counts them), not failed.
 """
 import threading
 import time
@@ -53,6 +27,15 @@ MAX_GRAPHS = 192  # captured shapes per generator; past it, new shapes run eager
 TOKEN_BUCKETS = tuple(sorted({b for p in range(4, 15) for b in (2 ** p, 3 * 2 ** (p - 1))}))  # 16, 24, 32, 48 .. 24576
 
 
+# Graphs are keyed by (fresh, tokens, rows, max_q), captured on first use (two warm-up forwards, then
+# the capture) and share one memory pool; each writes its hidden states into one shared output buffer,
+# read at once by the caller (the next replay overwrites it). A failed capture turns graphs off for that
+# kind of chunk (first prompts or continuations) with one printed line. Used only where a chunk's
+# attention needs no host value but the bucket's max_q: torch's varlen FlashAttention or fa4 (first
+# prompts) and, for chunks that extend live rows (continuations and the generator's mixed steps), the
+# Triton decode and chunk kernels by row (CacheStep.by_row), keyed by token and row buckets only, with
+# pad rows of PAD_Q tokens, so the shapes a rollout meets stop being new after a few iterations.
+# CUDA fp16/bf16 only, with no R1_ATTN / R1_CHUNKS override.
 def _up(x: int, buckets) -> int | None:
     return next((b for b in buckets if b >= x), None)
 

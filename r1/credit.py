@@ -165,7 +165,7 @@ def sampler_logprobs(trajs: list, tok_step: torch.Tensor) -> torch.Tensor:
 
     Token j of the flat order is the k-th token of step tok_step[j] that the order meets, so it takes that
     step's k-th stored logprob: k from a stable sort by step (vectorised: a Python loop over the tokens
-    was slow at GSM8K-tool batch sizes, docs/LOG.md)."""
+    was slow at GSM8K-tool batch sizes, docs/decisions.md "Host work of scoring")."""
     steps = [s for t in trajs for s in t.steps]
     logprobs = torch.from_numpy(np.fromiter(chain.from_iterable(s.logprobs for s in steps), dtype=np.float32))
     if tok_step.numel() == 0:  # (no steps, or none scored)

@@ -1,29 +1,16 @@
 """Process group, FSDP2 wrapping and the small collectives the trainer needs.
 
-torchrun is the distributed engine (rendezvous, multi-node); this file only
-reads its environment. `parallelize()` follows torchtitan's order:
-activation checkpointing -> `fully_shard` per block -> `fully_shard` root,
-with `MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)` on CUDA.
-A plain `python train.py` on a CPU is world size 1 with no wrapping at all,
-so the laptop run and the multi-GPU run are the same code path above this file.
+torchrun is the distributed engine (rendezvous, multi-node); this file only reads its environment.
+`parallelize()` follows torchtitan's order: activation checkpointing -> `fully_shard` per block ->
+`fully_shard` root, with `MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)` on CUDA. A plain
+`python train.py` on a CPU is world size 1 with no wrapping, so the laptop run and the multi-GPU run are
+the same code path above this file.
 
-With gloo (CPU ranks) a rank can abort at exit (SIGABRT, "terminate called
-without an active exception") when gloo's worker threads outlive the
-interpreter's teardown. Two guards, both local to the rank:
-- `init()` registers `close()` (destroy the group) to run at exit, while
-  Python is alive, on every way out. Plain launches that never destroyed their
-  group aborted in 20 of 40 on a 2-core CPU; with the hook, 0 of 40.
-- That is not enough once FSDP2 has wrapped a model: its mesh info keeps the
-  group object alive after the destroy (through module state that a gc pass
-  does not free), so teardown still meets gloo's threads: 4 of 30 four-rank
-  FSDP launches aborted with the hook. `leave(code)`, which `run_main` calls
-  when a command ends, destroys the group, flushes and leaves with
-  `os._exit(code)`, skipping the teardown: 0 of 30 (docs/LOG.md, 2026-12-05).
-  The command has closed its files and processes by then (the trainer's
-  `finally`); only the interpreter's own clean-up is skipped.
-NCCL is left to its destructor as before: destroying it while another rank is
-stuck in a collective (a failed run) can hang (torchtitan destroys only after
-a clean finish for that reason).
+Leaving a gloo group (CPU ranks): `init()` registers `close()` to run at exit, and `leave(code)`, which
+`run_main` calls when a command ends, destroys the group, flushes and leaves with `os._exit(code)`, so
+gloo's worker threads never meet the interpreter's teardown (they aborted ranks with SIGABRT: docs/
+decisions.md, "Leaving a gloo group"). NCCL is left to its destructor: destroying it while another rank
+is stuck in a collective (a failed run) can hang.
 """
 import atexit
 import os

@@ -1,41 +1,17 @@
 """The batched KV-cache generator: prefill, decode, sampling, stops, logprobs.
 
-Owns turning requests (a key, prompt ids, sampling settings) into sampled
-ids with the sampler's logprobs, for RL rollouts where those logprobs must
-be the trainer's: it runs the same `Transformer` code as training (only the
-attention call differs: a cache instead of packed sequences).
+Owns turning requests (a key, prompt ids, sampling settings) into sampled ids with the sampler's logprobs,
+for RL rollouts where those logprobs must be the trainer's: it runs the same `Transformer` code as
+training (only the attention call differs: a cache instead of packed sequences). One preallocated cache
+of `slots` rows plus a scratch slot; a key holds its slot until `release(key)`, so a next prompt that
+extends the cached ids prefills only the new suffix. `step()` = `launch()` (admit queued requests, queue
+`sync_every` decode steps) then `finish()` (one host sync, stop checks). Speed paths (chunk overlap,
+mixed steps, shared prompts, CUDA graphs) each have a switch (docs/running.md).
 
-- Layout: one preallocated cache of `slots` rows x `max_len` positions plus
-  a scratch slot for padding; every row has its own length and positions.
-  A key holds its slot until `release(key)`, so a next prompt that extends
-  the cached ids prefills only the new suffix; one that does not (the env
-  rewrote the context) is re-prefilled in the same slot.
-- Continuous batching: `step()` = `launch()` (admit queued requests, queue a
-  chunk of `sync_every` decode steps) then `finish()` (one host sync, stop
-  checks: EOS / end-of-turn ids, stop strings on decoded text, max tokens).
-- Overlap (CUDA; overlap=False off; config kernels.launch_ahead): launch() may queue the next chunk while
-  one is in flight and finish(keep=1) collects the older one, so the GPU
-  never waits for the host's work between chunks. Tokens a finished row
-  decodes in the newer chunk are dropped and never read.
-- Shared prompts (share_prompt, off by default): new rows admitted together with
-  identical prompts (a group's samples) are prefilled once; the others copy
-  the first's cache rows and last hidden state, then sample with their own
-  noise (docs/LOG.md: a rollout of 512 GSM8K episodes forwards 23,500 prompt
-  tokens instead of 187,600).
-- Mixed steps (CUDA; mix=False off; config kernels.mixed_steps): observations appended to live rows are
-  prefilled inside the first decode step of a chunk, one forward for both.
-- CUDA graphs for decode (per batch bucket) and prefill chunks
-  (r1/chunk_graphs.py); fused q/k/v and gate/up matmuls for a model without
-  gradients (r1/model.py fuse_projections; fuse=False off; config kernels.fuse).
-
-Logprob definition: log softmax(logits / T)[y] over the FULL vocabulary at
-the rollout temperature, even under top-k/top-p, because that is what the
-trainer recomputes (docs/algorithms.md, truncated importance sampling);
-greedy records log softmax(logits)[y]. Seeding: the sampling noise is a
-pure function of (seed, request key, position, token id) (`row_noise`), so a
-request's tokens do not depend on its batch-mates, slot count, scheduling or
-number of GPUs. Why each design choice was made, with its measurements:
-docs/LOG.md.
+Logprob: log softmax(logits / T)[y] over the full vocabulary at the rollout temperature, even under
+top-k/top-p, because that is what the trainer recomputes; greedy records log softmax(logits)[y]. The
+sampling noise is a pure function of (seed, request key, position, token id) (`row_noise`), so a request's
+tokens do not depend on its batch-mates, slot count, scheduling or number of GPUs (docs/decisions.md).
 """
 import hashlib
 import heapq
@@ -56,6 +32,19 @@ STOP_WINDOW = 16  # tokens re-decoded before new ones when matching stop strings
 BUCKETS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 640, 768, 1024)  # r1/memory.py SLOT_STEPS
 
 
+# Speed paths of the generator (each off with its switch, for comparisons):
+# - Overlap (CUDA; kernels.launch_ahead=false off): launch() may queue the next chunk while one is in flight and
+#   finish(keep=1) collects the older one, so the GPU never waits for the host's work between chunks.
+#   Tokens a finished row decodes in the newer chunk are dropped and never read.
+# - Shared prompts (rollout.share_prompt, off by default): new rows admitted together with identical
+#   prompts (a group's samples) are prefilled once; the others copy the first's cache rows and last
+#   hidden state, then sample with their own noise.
+# - Mixed steps (CUDA; kernels.mixed_steps=false off): observations appended to live rows are prefilled inside the first
+#   decode step of a chunk, one forward for both.
+# - CUDA graphs for decode (per batch bucket) and prefill chunks (r1/chunk_graphs.py); fused q/k/v and
+#   gate/up matmuls for a model without gradients (r1/model.py fuse_projections; kernels.fuse=false off).
+# A next prompt that does not extend the cached ids (the env rewrote the context) is re-prefilled in
+# the same slot. Stops: EOS / end-of-turn ids, stop strings on decoded text, max tokens.
 @dataclass
 class Sampling:
     temperature: float = 1.0  # 0 = greedy

@@ -59,7 +59,7 @@ def cpu_cost_line(kind: str, first: int, took: float, total: int, device_type: s
     if device_type != "cpu" or total <= 0 or took * total <= threshold:
         return None
     return (f"cpu: {kind} {first} took {took:.1f} s; {total} {kind}s \u2248 {duration(took * total)} "
-            f"(a GPU is advised for this config; README, Running, has CPU-sized commands)")
+            f"(a GPU is advised for this config; docs/running.md has CPU-sized commands)")
 
 
 try:

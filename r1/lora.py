@@ -1,33 +1,15 @@
 """LoRA: low-rank adapters on the projections of one frozen base that policy, critic and reference share.
 
-With model.lora_rank > 0 a run holds the base weights once, frozen
-(requires_grad False; bfloat16 on CUDA, the run's float32 on the CPU):
-
-- the policy is the base with its adapters on chosen projections
-  (model.lora_targets): y = x W^T + b + scale * dropout(x) A^T B^T,
-  scale = lora_alpha / lora_rank, A [r, in] kaiming-uniform as PEFT
-  draws it, B [out, r] zero, so step 0 is the base exactly;
-- the critic is a second Transformer whose body parameters are the very
-  same Parameter objects as the policy's (no second copy), with its own
-  adapters and value head;
-- the reference is the policy with its adapters switched off (`Reference`),
-  so a KL term costs no copy at all.
-
-An adapted projection stays an nn.Linear (`LoRALinear` subclasses it), so
-the base keeps Hugging Face's names (`...q_proj.weight`) and the adapters
-add `...q_proj.lora_A` and `...q_proj.lora_B`: a state dict filtered by
-requires_grad is what a checkpoint holds, `merge` folds the adapters into
-the weights for the hf/ export (and for the generator under
-model.lora_generator=merged), and `peft_state` renames them to what
-`peft.PeftModel.from_pretrained` reads. By default (model.lora_generator:
-adapters) the generator runs the shared base with rollout-dtype copies of the
-adapters (`generator_copy`): the update's own arithmetic, where a merge into
-bf16 weights rounds away updates below half a bf16 step of W (measured:
-bench/lora_precision.py, docs/LOG.md). Dropout applies only
-to forwards that build a graph (the update), never to scoring or sampling,
-so old logprobs and the generator's agree with the adapter path. Under
-torchrun FSDP2 shards the adapters and value head and leaves the base alone
-(r1/distributed.py parallelize's `ignored`): whole on every rank, shared.
+With model.lora_rank > 0 a run holds the base weights once, frozen (bfloat16 on CUDA, float32 on the
+CPU): the policy is the base with adapters on model.lora_targets (y = x W^T + b + scale * dropout(x) A^T
+B^T, scale = alpha / rank, B zero so step 0 is the base exactly); the critic shares the very same base
+Parameters with its own adapters and value head; the reference is the policy with adapters off, so a KL
+term costs no copy. An adapted projection stays an nn.Linear (`LoRALinear`), so names stay Hugging
+Face's: a checkpoint holds what requires grad, `merge` folds adapters into weights for the hf/ export,
+`peft_state` writes what PEFT reads. By default the generator runs the shared base with rollout-dtype
+adapter copies (`generator_copy`): a merge into bf16 weights rounds away small updates (docs/decisions.md,
+"LoRA"). Dropout applies only to forwards that build a graph (the update). Under torchrun FSDP2 shards
+the adapters and value head and leaves the base whole on every rank (r1/distributed.py `ignored`).
 """
 from __future__ import annotations
 

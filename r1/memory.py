@@ -1,57 +1,16 @@
 """The memory plan: what a run will hold per device, estimated from shapes before it allocates.
 
-A run that dies of out-of-memory after minutes of rollout is the worst way
-to learn that `train.micro_tokens` was too large. So at start-up, once the
-model's shape is known, `plan()` adds up, in bytes per process:
+A run that dies of out-of-memory after minutes of rollout is the worst way to learn that
+`train.micro_tokens` was too large. So at start-up `plan()` adds up, in bytes per process, the training
+state (16 bytes a trained parameter, sharded under FSDP), the reference, the frozen LoRA base, the
+generator's copy, the KV cache, the update's and the rollout's transients (the larger of the two: they
+never run at once, but under train.overlap), a runtime allowance and a safety margin. Then it picks what
+the user left on auto (micro-batch tokens, activation checkpointing, KV-cache slots) and refuses an
+explicit setting that cannot fit with one line naming the key. docs/memory.md lists every item.
 
-- training state of the policy and the critic: float32 parameters, float32
-  gradients and AdamW's two float32 moments (16 bytes a parameter), divided
-  by the world size under FSDP (r1/distributed.py shards all three);
-- the reference: float32 parameters, sharded, no gradients, no optimizer;
-- with model.lora_rank > 0 (r1/lora.py) instead: the frozen base once
-  (bfloat16 on CUDA, float32 on the CPU; whole on every rank: FSDP shards
-  only what trains), no gradients or moments for it;
-  16 bytes a parameter for the adapters (and the critic's value head); no
-  reference (the base with adapters off); the generator a merged copy, or
-  (model.lora_generator: adapters) its adapters over the shared base;
-- the generator's copy: full (unsharded) parameters in the rollout dtype on
-  every rank, unless the generator runs the policy itself (one fp32 process);
-- the KV cache: (slots + 1 scratch) x cache_len x layers x 2 (k, v) x
-  kv_heads x head_dim in the rollout dtype (r1/model.py KVCache,
-  r1/generate.py), preallocated for the whole run;
-- the update's transient: the tensors autograd saves per token and layer
-  (counted op by op below and checked against saved-tensor hooks in
-  tests/test_memory.py), or with activation checkpointing only each block's
-  input plus one block recomputed; the fused logprob head's chunk of
-  [4096, vocab] logits (kernels/logprob.py never materialises all of them);
-  the backward's own temporaries; FSDP's gathered blocks;
-- the rollout's transient: the full float32 state dict each rank gathers to
-  refresh the generator (world > 1), the prefill chunk, decode logits and
-  sampling buffers; the CUDA-graph pools (decode, prefill chunks) are
-  persistent: captured once, they stay reserved through the update;
-- a runtime allowance (Python, libraries, tokenizer, data: CPU only; on CUDA
-  the context lives outside the capacity measured) and a safety margin
-  (10% of the estimate + 1 GiB: allocator fragmentation, NCCL buffers).
-
-The update and the rollout never run at once, so the peak is the persistent
-part plus the larger of the two. Then it picks what the user left on auto:
-micro-batch tokens (the largest power of two up to 16384 that fits; 65536 or
-32768 on CUDA when that fits with every slot and no checkpointing) and
-activation checkpointing (off when micro-batches of at least 4096 tokens fit
-without it; recomputing every block costs about a third more update time, a
-smaller micro-batch little until it gets small), keeping room for up to 64
-slots; then KV-cache slots (as many as fit, up to what an iteration runs at
-once and 512, 640 with rollout.carry_tokens, rounded down to a CUDA-graph
-bucket). An explicit setting that cannot fit is refused with one line naming
-the key to change and the numbers.
-
-The saved-activation count is checked byte for byte against autograd's
-saved-tensor hooks (tests/test_memory.py); plans against measured peaks on
-real runs are in docs/LOG.md.
-
-Everything here is arithmetic on dataclasses: no torch allocation, so the
-plan of a 70B model can be checked on a laptop. `device_capacity()` is the
-one function that asks the machine.
+The saved-activation count is checked byte for byte against autograd's saved-tensor hooks
+(tests/test_memory.py). Everything here is arithmetic on dataclasses, no torch allocation, so the plan of
+a 70B model can be checked on a laptop; `device_capacity()` is the one function that asks the machine.
 """
 import os
 from dataclasses import dataclass, field
@@ -62,9 +21,9 @@ GiB = 2 ** 30
 MAX_MICRO_TOKENS = 16384
 # Up to this many tokens per micro-batch where they cost nothing: on CUDA, when every slot the iteration
 # wants fits beside them without activation checkpointing. A small model's update is bound by the host
-# launching its ops, and fewer, longer micro-batches launch fewer ops (docs/LOG.md). Half of it where only
+# launching its ops, and fewer, longer micro-batches launch fewer ops (docs/decisions.md, "Micro-batch size"). Half of it where only
 # that fits: the fast recipe on an 80-GB H100 took 16384 and its update ran 2.94 s against 1.57 s on an
-# H200 at 65536 (docs/LOG.md, 2026-12-05).
+# H200 at 65536.
 BIG_MICRO_TOKENS = 65536
 MAX_SLOTS = 512  # slots on auto: a batch of 512 episodes at once (64 prompts x 8), the recipes' largest
 SLOT_STEPS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 640, 768, 1024)  # r1/generate.py BUCKETS
@@ -337,7 +296,7 @@ def estimate(cfg: Config, mc, world: int, device_type: str, capacity: int, devic
         if r["ref"]:
             items["ref"], notes["ref"] = 4 * P // world, "params" + shard
     adapters = bool(rank) and cfg.model.lora_generator == "adapters"
-    shared = world == 1 and g == 4 and (adapters or not rank) and not cfg.train.overlap  # overlap: its own copy
+    shared = world == 1 and g == 4 and (adapters or not rank) and not (training and cfg.train.overlap)  # overlap: own copy
     if r["generator"]:
         items["generator"] = 0 if shared else g * P
         notes["generator"] = "the policy itself" if shared else f"{'bf16' if g == 2 else 'fp32'} copy" + \

@@ -149,7 +149,7 @@ def rope_write(q, k, v, cos, sin, dtype, k_cache, v_cache, slots, positions):
     """rope_qk, then write the new keys and values into the cache at (slot, position) of each token.
 
     One op so that, compiled, the cache writes fuse with the rotation: eager, they are two index_put
-    launches per layer; compiled, one kernel per layer writes both (docs/LOG.md has the timing).
+    launches per layer; compiled, one kernel per layer writes both (docs/decisions.md, "Compiled elementwise ops and fused projections").
     """
     q, k = rope_qk(q, k, cos, sin, dtype)
     k_cache[slots, positions] = k.to(k_cache.dtype)
@@ -172,7 +172,7 @@ def compile_ops(on: bool | str = True):
 
     Eager, a layer launches ~35 kernels, most of them tiny elementwise ones;
     inside a captured decode graph each still costs a few microseconds of GPU
-    time, so a decode step spends milliseconds on them (docs/LOG.md). on=True
+    time, so a decode step spends milliseconds on them (docs/decisions.md). on=True
     compiles them for every device, on="cuda" for CUDA tensors only (the
     default: kernels.compile=auto; the CPU keeps eager ops, with no compiler and no
     compile time), on=False restores eager (kernels.compile=false). Compiled ops can round differently from eager
@@ -363,7 +363,7 @@ def fuse_projections(model: "Transformer"):
     never go stale; so does a forward that wants gradients. Only for models
     that no optimizer holds: fusing replaces the Parameter objects. The
     generator calls this for CUDA models whose parameters need no gradient
-    unless kernels.fuse=false (it pays with compiled ops only; docs/LOG.md).
+    unless kernels.fuse=false (it pays with compiled ops only; docs/decisions.md, "Compiled elementwise ops and fused projections").
     """
     if any("lora_A" in mod._parameters for mod in model.modules()):
         # LoRA (r1/lora.py): a fused matmul would skip an adapted projection's adapters, and fusing the others

@@ -16,7 +16,7 @@ decoupled PPO (r1/algos/decoupled_ppo.py) clips against W_k+1 scored in step
 
 Why a thread (train.overlap: 1): the generator, its KV cache and the
 environments stay where they are, and the trajectories come back as Python
-objects. Its cost, profiled at 135M (docs/LOG.md, 2026-12-03): the two
+objects. Its cost, profiled at 135M (docs/decisions.md, "The rollout in a process of its own"): the two
 threads took turns on the host, 1.07 cores together; train.overlap: 2 plays
 in a process of its own instead (r1/rollout_process.py). The thread runs
 only the agent loop (the generator has its own copy
@@ -44,7 +44,7 @@ from r1 import chunk_graphs
 def set_switch_interval():
     """R1_SWITCH_US=N: the interpreter's thread switch interval, N microseconds (Python's default 5,000). Each
     torch op lets go of the interpreter lock; getting it back while the other thread runs plain Python (the
-    agent loop's host work) can take up to the interval, at every op. An experiment knob (docs/LOG.md);
+    agent loop's host work) can take up to the interval, at every op. An experiment knob (docs/decisions.md, "The rollout in a process of its own");
     config.check_environment has checked the value."""
     v = os.environ.get("R1_SWITCH_US", "")
     if v:

@@ -1,35 +1,13 @@
 """Packing steps into training micro-batches: variable-length sequences, no padding.
 
-A step's training row is its prompt + response. When a trajectory is
-append-only (every prompt extends the previous prompt + response, the
-default context policy), its steps are one sequence: the last step's prompt
-+ response contains every earlier step as a prefix, so the shared prefix is
-computed once, not once per step, and each step's response is a span of it.
-Otherwise every step is its own sequence. Causal attention makes both give
-the same logprobs and values (tested).
-
-With `share` (train.share_prefix), the samples of one prompt also share
-that prompt: a sequence whose first step's prompt equals an earlier
-sequence's in the same micro-batch is packed without it, its positions go
-on from the prompt's length, and its attention reads the earlier
-sequence's prompt rows before its own (`MicroBatch.kv_rows`; the kernels
-take separate query and key lengths, causal from the bottom right). The
-prompt's rows run through every layer once instead of once per sample, and
-the gradient of its keys and values gathers every sample's share, which is
-the sum the separate copies gave (float64-equal, tested). Its last row
-predicts each sample's first response token, so `sel` names it once per
-sample. Mini-batches are then dealt whole groups at a time (plan), so that
-a group's samples meet in one micro-batch.
-
-Per micro-batch we keep flat tensors over the packed tokens ([N]) and over
-the predicted response tokens ([M]): `sel` are the positions whose next
-token is a response token (the logits at position j score token j + 1),
-and for each step the position of its last prompt token (where the critic
-gives the step's value).
-
-Under FSDP every forward and backward runs collectives, so every rank must
-run the same number of micro-batches; a rank with fewer runs `filler()`
-batches (two pad tokens, nothing trained on) until the counts match.
+A step's training row is its prompt + response. When a trajectory is append-only (the default context
+policy), its steps are one sequence: the last step contains every earlier one as a prefix, so the shared
+prefix is computed once and each step's response is a span of it; otherwise every step is its own
+sequence. Causal attention makes both give the same logprobs and values (tested). With `share`
+(train.share_prefix) the samples of one prompt also share that prompt: a later sample is packed without
+it and its attention reads the first sample's prompt rows (`MicroBatch.kv_rows`), float64-equal to the
+separate copies (tested); mini-batches are then dealt whole groups at a time. Under FSDP every rank must
+run as many micro-batches: a rank with fewer runs `filler()` batches (two pad tokens, nothing trained).
 """
 from dataclasses import dataclass
 from functools import cached_property
@@ -39,6 +17,13 @@ import numpy as np
 import torch
 
 
+# Per micro-batch: flat tensors over the packed tokens ([N]) and over the predicted response tokens
+# ([M]): `sel` are the positions whose next token is a response token (the logits at position j score
+# token j + 1), and for each step the position of its last prompt token (where the critic gives the
+# step's value). Shared prompts: positions go on from the prompt's length, the kernels take separate
+# query and key lengths (causal from the bottom right), the prompt's rows run through every layer once,
+# and the gradient of its keys and values gathers every sample's share, the sum the copies gave. Its last
+# row predicts each sample's first response token, so `sel` names it once per sample.
 @dataclass
 class Sequence:
     ids: list  # token ids of the packed sequence
@@ -116,7 +101,7 @@ def split_by_tokens(seqs: list, max_tokens: int, size=lambda s: len(s.ids), shar
 def collate(seqs: list, trajs, order: dict, device, share: bool = False) -> MicroBatch:
     """Pack `seqs` into one micro-batch. Built with numpy from per-span lengths: lists of every token's id,
     position, target and step turned into tensors by torch.tensor made packing 232 ms of host time per iteration
-    at configs/gsm8k_tool.yaml's batch, against 59 ms now (bench/host_score.py, docs/LOG.md 2026-12-02).
+    at configs/gsm8k_tool.yaml's batch, against 59 ms now (bench/host_score.py; docs/decisions.md).
     share: a sequence whose head another sequence here already holds is packed without it (module docstring)."""
     skip, owner = np.zeros(len(seqs), dtype=np.int64), np.arange(len(seqs))
     if share:

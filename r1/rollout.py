@@ -14,7 +14,7 @@ kernels.launch_ahead=false) the environments step between launch() and finish().
 are short here (`sync_every`, 4 steps with overlap) so a turn that ends
 mid-chunk waits little for its observation; `workers > 0` keeps a thread
 pool for environments that block on I/O (the GIL makes it lose for
-compute-bound ones). Measurements behind these choices: docs/LOG.md.
+compute-bound ones). Why: docs/decisions.md, "The agent loop's chunks".
 
 `run(samples, n)` plays n episodes per sample (a group, for GRPO/RLOO) and
 returns trajectories ordered by (sample, index). Results depend only on the
@@ -25,7 +25,7 @@ trainer sets it when it stops while train.overlap's next rollout still plays.
 
 `carry_tokens` (rollout.carry_tokens) cuts the rollout's tail: a rollout
 lasts about as many decode steps as its longest episode, and most of its
-rows have ended long before (docs/LOG.md: a batch is 36-41% full over its
+rows have ended long before (docs/decisions.md, "Keys measured and left off": a batch is 36-41% full over its
 decode steps). An episode that has sampled at least that many tokens in
 this run pauses at its next step boundary: its slot is freed (its cache
 was computed by these weights), and the environment, the trajectory and

@@ -2,7 +2,7 @@
 
 Why a process: with train.overlap 1 the rollout thread and the main thread
 share one interpreter (and one CUDA context). Profiled on one H200 at 135M
-(docs/LOG.md, 2026-12-03), the two used 1.07 cores together on a 16-core
+(docs/decisions.md, "The rollout in a process of its own"), the two used 1.07 cores together on a 16-core
 host and the GPU was idle half of the overlapped iteration: they took turns.
 A process has an interpreter and a CUDA context of its own.
 
@@ -27,8 +27,7 @@ What crosses the boundary, and why it stays exact:
   neither side blocks on a full pipe. The episodes come back pickled, as
   bytes inside the reply, so that the trainer decodes them while the next
   play runs (a rollout's 512 episodes are about 4 MB, every step holding its
-  whole prompt's ids; unpickling them took tens of ms: docs/LOG.md
-  2026-12-04). The sampling noise is keyed by
+  whole prompt's ids; unpickling them took tens of ms: docs/decisions.md). The sampling noise is keyed by
   (seed, uid, position) (r1/generate.py), so a seed's trajectories are the
   ones the trainer's own actor plays, whichever process plays them (a test;
   on a CPU where both run as many threads, since a CPU matmul's rounding
@@ -55,7 +54,7 @@ What it can and cannot buy on a GPU: the host work of the two (the agent
 loop's Python, the update's launches) runs in parallel, which the profile
 says is the limit at 135M. Without MPS, two processes' kernels do not run
 side by side on one GPU the way two streams of one process can: the GPU
-time-slices between their contexts. Measured on one H200 (README, "Running"):
+time-slices between their contexts. Measured on one H200 (docs/results.md, "Iteration time"):
 the host's gain outweighs it, PPO 1.08x and GRPO 1.32x the synchronous
 iteration at 135M, the GPU then busy nearly all of it. The trainer's own metrics (peak_mem_gb,
 alloc_retries, R1_PROFILE) see its process only.
@@ -149,7 +148,7 @@ class RemoteActor:
         self.loop = _Stop(ctx.Event())
         self._taken = ctx.RawValue("q", 0)
         # on a CPU the two processes split this one's threads (as many each, both busy at once, was twice as
-        # slow as the synchronous loop: docs/LOG.md 2026-12-05); close() gives them back
+        # slow as the synchronous loop: docs/decisions.md); close() gives them back
         self._threads = torch.get_num_threads() if d.device.type == "cpu" else None
         threads = None
         if self._threads:

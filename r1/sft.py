@@ -95,7 +95,7 @@ def warmup_config(cfg):
     sft = copy.deepcopy(cfg)
     sft.run.dir = os.path.join(cfg.run.dir, "sft")
     sft.train.stage, sft.train.steps, sft.train.lr = "sft", cfg.train.sft_steps, cfg.train.sft_lr
-    # the schedule of the SFT recipe behind the README's GSM8K table: short linear warm-up, cosine to 10%
+    # the schedule of the GSM8K recipe's SFT: short linear warm-up, cosine to 10%
     sft.train.sft_steps, sft.train.warmup, sft.train.schedule = 0, min(20, cfg.train.sft_steps // 10), "cosine"
     sft.train.checkpoint_every = 10 * cfg.train.checkpoint_every  # and at its last step
     sft.model.lora_rank = 0  # SFT trains every weight; a LoRA RL phase then adapts the SFT policy as its base

@@ -98,7 +98,7 @@ def summarize_run(run_dir: str, config_path: str | None = None) -> list[str]:
     if os.path.isdir(os.path.join(run_dir, "tb")) and os.listdir(os.path.join(run_dir, "tb")):
         lines.append(f"  tensorboard --logdir {run_dir}")
     if _setting(cfg, "data", "task", "") != "gsm8k_tool":  # a GSM8K run has met the recipe; others may not have
-        lines += ["  python train.py --config configs/gsm8k_tool_30min_fast.yaml   # GSM8K with the calculator: "
+        lines += ["  python train.py --config configs/gsm8k_tool.yaml          # GSM8K with the calculator: "
                   "23 min on one H200, SFT then PPO, 14.5% on test (days on a CPU)"]
     return lines
 

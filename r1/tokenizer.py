@@ -1,7 +1,7 @@
 """Tokenizer and chat rendering to token ids, whole conversations and one turn at a time.
 
-The step-level MDP never re-tokenizes what the model sampled (README, "re-tokenization
-drift" in the maintainers' design notes). So a conversation grows as token ids: the sampled response ids, then the forced ids
+The step-level MDP never re-tokenizes what the model sampled (docs/decisions.md, "Token ids,
+never text"; "re-tokenization drift" in the maintainers' design notes). So a conversation grows as token ids: the sampled response ids, then the forced ids
 that close the assistant turn (`close_turn_ids`), then the ids of the next turn(s) rendered on
 their own (`render_next`). This module makes those pieces agree with the model's own chat
 template, so `render(prefix) + render_next(new) == render(prefix + new)` token for token.
@@ -286,7 +286,7 @@ class ChatTokenizer:
 
         Memoised: an environment's observations repeat (a calculator's results are mostly numbers seen
         before), and the chat template and encoding are most of an environment step's host time
-        (docs/LOG.md). The ids depend only on the key.
+        (docs/decisions.md, "The agent loop's chunks"). The ids depend only on the key.
         """
         new_messages = _normalize_messages(new_messages)
         try:  # key order kept (a template may render arguments or schemas in their order); no default=

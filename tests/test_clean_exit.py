@@ -2,12 +2,12 @@
 
 A gloo process group whose threads meet the interpreter's teardown can abort
 the rank at exit ("terminate called without an active exception"): after a
-finished run, it failed CI's world-2 tests on 2026-12-04 (no destroy at all)
-and a LoRA world-2 test on 2026-12-05 (destroyed, but FSDP2 kept the group
+finished run, it failed CI's world-2 tests (no destroy at all) and a LoRA
+world-2 test (destroyed, but FSDP2 kept the group
 alive). tests/exit_worker.py shards a model as the trainer does and ends
 through run_main: with the exit hook alone, 4 of 30 four-rank launches
 aborted on this 2-core machine; with r1.distributed.leave, 0 of 30. Ten
-launches fail the code before 3 times in 4 (docs/LOG.md)."""
+launches fail the code before 3 times in 4 (docs/decisions.md, "Leaving a gloo group")."""
 import os
 import subprocess
 import sys

@@ -344,13 +344,14 @@ def test_an_ablation_alone_is_refused_with_the_command_that_layers_it():
     load_config([os.path.join(ROOT, "configs", "gsm8k_tool.yaml"), os.path.join(ROOT, alone)])  # layered: fine
 
 
-def test_the_fast_recipe_is_the_recipe_with_the_fast_ablation():
-    """configs/gsm8k_tool_30min_fast.yaml is written out whole (one command), so it could drift from the
-    recipe it claims to be: it must equal gsm8k_tool_30min.yaml layered with ablations/fast.yaml but for the
+def test_the_recipe_is_the_synchronous_recipe_with_the_fast_ablation():
+    """configs/gsm8k_tool.yaml is written out whole (one command), so it could drift from what it claims to be:
+    layered with ablations/synchronous.yaml and then ablations/fast.yaml it must come back to itself but for the
     run folder and the keys it sets for its shorter iterations (time limit, validation and checkpoint cadence)."""
     c = lambda *names: os.path.join(ROOT, "configs", *names)  # noqa: E731
-    fast = dataclasses.asdict(load_config(c("gsm8k_tool_30min_fast.yaml")))
-    layered = dataclasses.asdict(load_config([c("gsm8k_tool_30min.yaml"), c("ablations", "fast.yaml")]))
+    fast = dataclasses.asdict(load_config(c("gsm8k_tool.yaml")))
+    layered = dataclasses.asdict(load_config([c("gsm8k_tool.yaml"), c("ablations", "synchronous.yaml"),
+                                              c("ablations", "fast.yaml")]))
     differ = {f"{s}.{k}" for s in fast for k in fast[s] if fast[s][k] != layered[s][k]}
     assert differ == {"run.dir", "train.time_limit", "eval.every", "train.checkpoint_every"}, differ
 

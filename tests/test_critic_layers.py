@@ -98,8 +98,8 @@ def test_lora_critic_shares_the_first_blocks_and_adapts_only_them():
 
 def test_plans_count_k_blocks():
     mc = ModelConfig()  # SmolLM2-135M's shape
-    full = load_config("configs/gsm8k_tool_30min_fast.yaml", [])
-    half = load_config("configs/gsm8k_tool_30min_fast.yaml", ["model.critic_layers=15"])
+    full = load_config("configs/gsm8k_tool.yaml", [])
+    half = load_config("configs/gsm8k_tool.yaml", ["model.critic_layers=15"])
     a = memory.estimate(full, mc, 1, "cuda", 139 * 2 ** 30, slots=512)
     b = memory.estimate(half, mc, 1, "cuda", 139 * 2 ** 30, slots=512)
     assert b.items["policy"] == a.items["policy"]
@@ -108,7 +108,7 @@ def test_plans_count_k_blocks():
     assert "15 of 30 blocks" in b.notes["critic"]
     assert disk.checkpoint_bytes(full, mc, 1) - disk.checkpoint_bytes(half, mc, 1) > 12 * 15 * memory.layer_params(mc)
     with pytest.raises(ConfigError, match="critic_layers'=31: the model .* has 30 layers"):
-        memory.estimate(load_config("configs/gsm8k_tool_30min_fast.yaml", ["model.critic_layers=31"]), mc, 1,
+        memory.estimate(load_config("configs/gsm8k_tool.yaml", ["model.critic_layers=31"]), mc, 1,
                         "cuda", 139 * 2 ** 30, slots=512)
 
 

@@ -149,7 +149,7 @@ def test_ablate_layers_base_abl_under_every_lane_and_refuses_an_unknown_one(tmp_
     assert r.returncode == 0, r.stdout + r.stderr
     calls = [c for c in record.read_text().splitlines() if c.startswith(("train.py", "eval.py"))]
     assert len(calls) == 6  # two lanes: train, validation, test each
-    under = "--config configs/gsm8k_tool_30min.yaml --config configs/ablations/grpo.yaml"
+    under = "--config configs/gsm8k_tool.yaml --config configs/ablations/grpo.yaml"
     assert all(c.split(" ", 1)[1].startswith(under) for c in calls), calls
     assert sum("configs/ablations/overlap_process.yaml" in c for c in calls) == 3
     assert "every lane on grpo" in (tmp_path / "res" / "progress.txt").read_text()
@@ -345,20 +345,20 @@ def test_recipe_layers_base_abl_reads_validation_last_and_refuses_an_unknown_one
     env.update(BASE_ABL="score_sampler critic_half_share", SAVE="")
     res = tmp_path / "res"
     r = subprocess.run(["bash", os.path.join(ROOT, "bench", "h200_recipe.sh"), "m.gguf", str(res),
-                        "configs/gsm8k_tool_30min_fast.yaml"], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                        "configs/gsm8k_tool.yaml"], capture_output=True, text=True, timeout=120, cwd=ROOT,
                        env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     calls = record.read_text().splitlines()
     runs = [c for c in calls if c.startswith(("train.py", "eval.py"))]
     assert len(runs) == 4  # training, the test reads of the SFT and final policies, then the validation read
-    under = ("--config configs/gsm8k_tool_30min_fast.yaml --config configs/ablations/score_sampler.yaml "
+    under = ("--config configs/gsm8k_tool.yaml --config configs/ablations/score_sampler.yaml "
              "--config configs/ablations/critic_half_share.yaml ")
     assert all(c.split(" ", 1)[1].startswith(under) for c in runs), runs
     assert all("eval.split=test" in c for c in runs[1:3])
     assert "eval.split=val" in runs[3] and f"model.path={res}/recipe/hf" in runs[3]
     label = [c for c in calls if c.startswith("bench/learning_result.py")][0]
     assert calls.index(runs[3]) > calls.index(label)
-    assert "configs/gsm8k_tool_30min_fast.yaml + configs/ablations/score_sampler.yaml + " \
+    assert "configs/gsm8k_tool.yaml + configs/ablations/score_sampler.yaml + " \
            "configs/ablations/critic_half_share.yaml" in label
     assert "--device {}" in label  # the GPU's name as the fake python3 prints it
     assert "with score_sampler critic_half_share" in (res / "progress.txt").read_text()

@@ -13,7 +13,7 @@ Every episode must complete, every step must be recorded with exactly the
 ids the generator returned and with the error kinds its category implies,
 penalties must match, observations must never forge a turn boundary, and
 the whole batch must survive a save/load round trip. The printed counts per
-category and error kind are the ones in docs/RELIABILITY.md.
+category and error kind are the ones in docs/reliability.md.
 """
 import json
 import random

@@ -18,7 +18,7 @@ def _eval(path, acc, n=1319):
 def _run(tmp_path, sft, test):
     out = tmp_path / "res" / "learning.json"
     p = subprocess.run([sys.executable, SCRIPT, "--run", "runs/r", "--sft-eval", sft, "--test-eval", test,
-                        "--wall", "1712.34", "--config", "configs/gsm8k_tool_30min.yaml", "--save", str(out)],
+                        "--wall", "1712.34", "--config", "configs/gsm8k_tool.yaml", "--save", str(out)],
                        capture_output=True, text=True)
     return p, out
 
@@ -30,7 +30,7 @@ def test_writes_the_issue_fields_from_the_eval_files(tmp_path):
     assert res == json.loads(p.stdout)
     assert (res["name"], res["task"], res["n"]) == ("learning", "gsm8k_tool", 1319)
     assert (res["sft_accuracy"], res["test_accuracy"], res["wall_s"]) == (0.0705, 0.1213, 1712.3)
-    assert res["config"] == "configs/gsm8k_tool_30min.yaml" and res["model"] and res["date"]
+    assert res["config"] == "configs/gsm8k_tool.yaml" and res["model"] and res["date"]
     assert res["device"] == "not recorded"  # no --device given: said, not guessed
 
 

@@ -328,7 +328,7 @@ def test_memory_plan_counts_one_frozen_base_and_suggests_lora():
     """Qwen2.5-7B's shape on one H200 (139.8 GiB usable), configs/gsm8k_tool.yaml's batch: full fine-tuning
     cannot fit (16 bytes a parameter); the refusal names model.lora_rank, whose plan fits."""
     mc, cap = ModelConfig(**QWEN7B), int(139.8 * memory.GiB)
-    tool = os.path.join(ROOT, "configs", "gsm8k_tool.yaml")
+    tool = [os.path.join(ROOT, "configs", f) for f in ("gsm8k_tool.yaml", "ablations/synchronous.yaml")]
     with pytest.raises(ConfigError, match=r"set model.lora_rank=16 train.sft_steps=0 \(peak 1[0-3]\d\.\d GiB\)"):
         memory.plan(load_config(tool), mc, 1, "cuda", cap)
     cfg = load_config(tool, ["model.lora_rank=16", "train.sft_steps=0"])

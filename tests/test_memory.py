@@ -5,7 +5,7 @@ real modules and tensors (tiny shapes) and hand-computed integers (SmolLM2-135M,
 Qwen2.5-3B); the activation bytes per token against what autograd really
 saves (saved-tensor hooks, byte for byte, for llama/qwen2/qwen3 in each CPU
 precision); the whole plan against peaks measured on the H200 (bench/train_step.py
-in docs/LOG.md; train.py with the 3B shape, measured for this module; issue 15's
+in docs/results.md; train.py with the 3B shape, measured for this module; issue 15's
 2-GPU runs). Then the auto choices and the one-line refusals that name the key.
 """
 import pytest
@@ -132,7 +132,7 @@ def test_checkpointing_saves_block_inputs_only():
 
 
 def test_plan_matches_the_h200_train_step_peak():
-    """bench/train_step.py on one H200 (docs/LOG.md): Qwen2.5-3B shape, bf16 parameters, gradients and AdamW
+    """bench/train_step.py on one H200 (docs/results.md): Qwen2.5-3B shape, bf16 parameters, gradients and AdamW
     moments (8 bytes a parameter), 16k-token micro-batches of sequences up to 2,000 tokens, no checkpointing:
     peak 100.8 GiB. The estimate (the same parts as the plan, without its margin) must land within 5%."""
     p = memory.Precision(2, 2, False, True)
@@ -237,11 +237,11 @@ def test_micro_tokens_shrink_with_memory_and_checkpointing_comes_last():
 
 
 def test_the_fast_recipe_takes_the_big_micro_batches_that_fit_every_slot():
-    """configs/gsm8k_tool_30min_fast.yaml, every memory key auto: 65536-token micro-batches on an H200 (as
+    """configs/gsm8k_tool.yaml, every memory key auto: 65536-token micro-batches on an H200 (as
     docs/results/recipe3 ran), and on an 80-GB H100 half of that, not 16384 (docs/results/recipe4 ran 16384
-    there: its update took 2.94 s against 1.57 s on the H200; docs/LOG.md, 2026-12-05); all 512 slots, no
+    there: its update took 2.94 s against 1.57 s on the H200; docs/decisions.md, "Micro-batch size"); all 512 slots, no
     checkpointing, on both; a GPU too small for 32768 beside the slots falls back to 16384 or less."""
-    cfg = load_config("configs/gsm8k_tool_30min_fast.yaml")
+    cfg = load_config("configs/gsm8k_tool.yaml")
     for gib, micro in ((139.1, 65536), (78.4, 32768), (60, 16384)):
         plan = memory.plan(cfg, SMOLLM2, 1, "cuda", int(gib * GiB), "cuda:0")
         assert (plan.micro_tokens, plan.slots, plan.checkpointing) == (micro, 512, False), (gib, plan.line())

@@ -160,7 +160,8 @@ def test_the_config_refuses_an_unknown_precision_and_lora(tmp_path):
 
 
 def test_the_memory_plan_counts_the_copies_and_a_bf16_residual_stream():
-    cfg = load_config("configs/gsm8k_tool.yaml", ["rollout.slots=512", "train.micro_tokens=65536"])
+    cfg = load_config("configs/gsm8k_tool.yaml", ["rollout.slots=512", "train.micro_tokens=65536",
+                                                 "train.precision=autocast", "train.overlap=0"])
     mc = ModelConfig()  # SmolLM2-135M's shape
     auto = memory.estimate(cfg, mc, 1, "cuda", int(139.2 * 2**30), micro_tokens=65536, slots=512)
     cfg.train.precision = "bf16"

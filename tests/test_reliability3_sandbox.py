@@ -1,6 +1,6 @@
 """Issue 32, third round, classes 2-4: the CLI sandbox, plug-ins and the working directory, tool observations.
 
-Each test names the case of docs/RELIABILITY.md's third-round tables it checks. A stall is bounded by CPU
+Each test names the case of docs/reliability.md's third-round tables it checks. A stall is bounded by CPU
 time (resource.RLIMIT_CPU in a child process, or time.process_time), never by wall time.
 """
 import importlib

@@ -14,7 +14,7 @@ from r1.tasks.registry import TASKS, Task, get_task, register_task
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMOKE = os.path.join(ROOT, "configs", "smoke.yaml")
-TOOL = os.path.join(ROOT, "configs", "gsm8k_tool_30min.yaml")
+TOOL = os.path.join(ROOT, "configs", "gsm8k_tool.yaml")
 TINY = ["rollout.prompts=4", "rollout.n=2", "rollout.max_new_tokens=8", "data.train_size=32", "data.test_size=4",
         "log.tensorboard=false", "log.trajectories=false"]
 
@@ -82,7 +82,8 @@ def test_train_py_refuses_a_cap_that_leaves_no_row_before_its_sft_phase(tmp_path
     nothing is left behind."""
     run = tmp_path / "run"
     r = subprocess.run([sys.executable, "train.py", "--config", os.path.join(ROOT, "configs", "gsm8k_tool.yaml"),
-                        "data.rl_max_difficulty=1", "data.train_size=2", f"run.dir={run}", "train.sft_steps=1"],
+                        "data.rl_max_difficulty=1", "data.train_size=2", "data.val_size=0", "eval.split=test",
+                        f"run.dir={run}", "train.sft_steps=1"],
                        capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines()[-1] == ("error: data.rl_max_difficulty=1 leaves none of the 2 training rows "

@@ -162,7 +162,7 @@ def test_close_during_a_play_cancels_it_and_the_process_ends_on_its_own(remote):
 
 def test_on_a_cpu_the_two_processes_split_the_threads_and_close_gives_them_back(tmp_path):
     """Both processes at torch's default (every core each, both busy at once) made an overlap-2 iteration
-    twice the synchronous one on a CPU (docs/LOG.md 2026-12-05): the child takes half, the trainer the rest,
+    twice the synchronous one on a CPU (docs/decisions.md, "The rollout in a process of its own"): the child takes half, the trainer the rest,
     until close()."""
     before = torch.get_num_threads()
     torch.set_num_threads(4)

@@ -29,7 +29,7 @@ def test_greedy_generation_equals_transformers(models):
 
     The reference is transformers' full forward, re-run per token. transformers'
     own `generate` (its KV-cache path) departs from its own full forward on the
-    first prompt at token 3, where the top-2 margin is 0.07 (docs/LOG.md); ours
+    first prompt at token 3, where the top-2 margin is 0.07 (docs/decisions.md); ours
     follows the full forward exactly.
     """
     hf, ours, tok = models

@@ -50,8 +50,8 @@ def test_an_sft_run_is_plotted_by_its_loss(tmp_path):
 
 def test_the_recipe_is_suggested_to_runs_of_other_tasks_only(tmp_path):
     """A GSM8K-tool run has met the recipe (it may be the recipe); a smoke or quickstart run is pointed to it."""
-    assert "configs/gsm8k_tool_30min_fast.yaml" in _run(tmp_path, "test")  # no task in its config: the default
+    assert "configs/gsm8k_tool.yaml" in _run(tmp_path, "test")  # no task in its config: the default
     (tmp_path / "config.yaml").write_text("data:\n  task: synthetic\n")
-    assert "configs/gsm8k_tool_30min_fast.yaml" in "\n".join(summarize_run(str(tmp_path)))
+    assert "configs/gsm8k_tool.yaml" in "\n".join(summarize_run(str(tmp_path)))
     (tmp_path / "config.yaml").write_text("data:\n  task: gsm8k_tool\n")
-    assert "configs/gsm8k_tool_30min_fast.yaml" not in "\n".join(summarize_run(str(tmp_path)))
+    assert "configs/gsm8k_tool.yaml" not in "\n".join(summarize_run(str(tmp_path)))

@@ -1,6 +1,6 @@
 """What a micro-batch costs the host in score and update, outside the models: no boolean gathers (each
 reads its size back from the device, a sync) and at most one host read per micro-batch (the logprob
-head's range check on its targets). docs/LOG.md: PPO's update was 8x slower with 16x more micro-batches
+head's range check on its targets). docs/decisions.md ("Micro-batch size"): PPO's update was 8x slower with 16x more micro-batches
 on a GPU; these are the per-micro-batch syncs found on the CPU and removed (the update's parameters stay
 bit for bit what they were)."""
 import collections

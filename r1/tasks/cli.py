@@ -1,44 +1,15 @@
 """The command-line assistant task: answer questions about a folder of files with shell commands.
 
-A row is a generated folder tree and a request about it in plain language
-("List every .pdf file under Downloads.", "How many lines does
-notes/todo.txt have?", "Which file in logs is the largest?"), with the
-ground-truth answer computed from the tree in memory. Each episode
-materialises the tree in a fresh temporary folder, offers the `shell` tool
-bound to an `r1.envs.sandbox.Sandbox` over it, and removes the folder when the
-episode ends (or when the env is closed, reset or garbage collected: the
-rollout loop does not tell an env that an episode was cut short, so a
-`weakref.finalize` is the backstop). The removal runs on a background thread
-(`remove_later`; `drain()` waits for it): env steps run on the rollout loop's
-thread, which must not wait for a disk (docs/LOG.md has the timing).
-
-Rows are generated like the synthetic task's: row i of (seed, level) draws
-from its own RNG keyed by the string "cli:<seed>:<level>:<i>", so it is the
-same whatever the split size, on every machine; the held-out split uses
-seed + 1_000_003. The tree spec is small (names, kinds, sizes, mtimes and a
-per-file content seed); `file_bytes` turns a file spec into its bytes, the
-same in `rows()` (for the ground truth) and at reset (on disk).
-
-Levels: 1 = one folder level (no subfolders), 2 = subfolders (requests
-about "under X" must search recursively; adds the total-size request),
-3 = deeper and larger trees, and a two-step request (the line count of the
-largest file in a folder). Request kinds: list_ext, count_lines, largest,
-newest, count_files, find_word, count_matches, total_size (L>=2),
-lines_of_largest (L3).
-
-Answer format: the model ends with `#### <answer>`: a number, a path, or
-several paths separated by commas, relative to /sandbox (`./` and
-`/sandbox/` prefixes are accepted). `score` reads what follows the last
-`####` (up to a special token such as the `<|im_end|>` a decoded reply
-ends with) in one linear pass: numbers compare as integers (thousands commas
-allowed, trailing words ignored), paths compare as sets (order and
-duplicates ignored, surrounding quotes and a trailing period stripped).
-
-The expert (`expert_messages`) solves each kind with scripted commands run
-in a real sandbox over the row's tree, reads the answer off their output and
-writes it after ####; tests check it equals the ground truth for every kind
-and level, which also cross-checks the sandbox's commands against the
-generator.
+A row is a generated folder tree and a request about it in plain language ("How many lines does
+notes/todo.txt have?"), with the ground truth computed from the tree in memory. Each episode materialises
+the tree in a fresh temporary folder, offers the `shell` tool bound to an `r1.envs.sandbox.Sandbox` over
+it, and removes the folder when the episode ends (a `weakref.finalize` is the backstop for episodes cut
+short), on a background thread (`remove_later`; `drain()` waits): env steps run on the rollout loop's
+thread, which must not wait for a disk. Rows are drawn from an RNG keyed by "cli:<seed>:<level>:<i>",
+the same on every machine whatever the split size; levels 1-3 grow the trees and the requests.
+The model ends with `#### <answer>` (a number, a path, or comma-separated paths); `score` compares
+numbers as integers and paths as sets. The scripted expert (`expert_messages`) solves each kind in a real
+sandbox; tests check it equals the ground truth for every kind and level. docs/cli_task.md has the rest.
 """
 import os
 import random
@@ -106,6 +77,15 @@ MAGIC = {"jpg": b"\xff\xd8\xff\xe0\x00\x10JFIF\x00", "png": b"\x89PNG\r\n\x1a\n\
 # ================================================================ trees
 
 
+# Levels: 1 = one folder level (no subfolders), 2 = subfolders (requests about "under X" search
+# recursively; adds total_size), 3 = deeper and larger trees and a two-step request (the line count of the
+# largest file in a folder). Request kinds: list_ext, count_lines, largest, newest, count_files,
+# find_word, count_matches, total_size (L>=2), lines_of_largest (L3). The held-out split uses seed +
+# 1_000_003. The tree spec is small (names, kinds, sizes, mtimes, a per-file content seed); `file_bytes`
+# turns a file spec into its bytes, the same in rows() (for the ground truth) and at reset (on disk).
+# `score` reads what follows the last `####` (up to a special token such as <|im_end|>) in one linear
+# pass: thousands commas allowed and trailing words ignored for numbers; order, duplicates, surrounding
+# quotes and a trailing period ignored for paths; `./` and `/sandbox/` prefixes accepted.
 def file_bytes(f: dict) -> bytes:
     """The content of a file spec {"kind", "seed", "size", "plant"?}: deterministic."""
     rng = random.Random(f"cli-file:{f['seed']}")

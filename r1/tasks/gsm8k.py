@@ -1,26 +1,15 @@
 """GSM8K: loading, prompts, answer extraction, reward, and expert tool-use chats.
 
-Rows in r1.tasks are `{"id", "question", "answer", "solution"}`: `answer` is a
-canonical number string ("72", "-3", "2.5") and `solution` the raw GSM8K
-answer text, with its `<<48/2=24>>` calculator annotations and `#### 72` line.
-
-Answer format: the model ends with `#### <number>`, as GSM8K's own solutions
-do. `extract_answer` reads the number right after the last `####`; without a
-`####` it reads the last `\\boxed{...}`; it falls back to the last number in
-the text only when asked (`fallback_last_number=True`), because as a reward
-that fallback pays a model for ending on a lucky number and hides a broken
-format. Evaluating other models' free-form output may switch it on.
-
-Expert chats: `expert_messages` turns a solution into the tool-use
-conversation that SFT warm-up imitates. Each annotation becomes one assistant
-turn (the reasoning written before it, then one calculator call) and one tool
-turn whose content comes from running our calculator, not from the annotation,
-so the chat shows exactly what the environment would return.
-
-Loading reads the openai/grade-school-math jsonl files (`train.jsonl`,
-`test.jsonl`, or gzipped as `.jsonl.gz`, the copy shipped in data/gsm8k)
-or the Hugging Face parquet layout (`main/train-*.parquet`,
-needs pyarrow). Nothing here knows where a particular machine keeps the data.
+Rows are `{"id", "question", "answer", "solution"}`: `answer` a canonical number string ("72", "-3",
+"2.5"), `solution` the raw GSM8K answer with its `<<48/2=24>>` calculator annotations and `#### 72`.
+The model ends with `#### <number>`, as GSM8K's own solutions do. `extract_answer` reads the number after
+the last `####`, else the last `\\boxed{...}`; the last number in the text only when asked
+(`fallback_last_number=True`), because as a reward it pays a lucky number and hides a broken format.
+`expert_messages` turns a solution into the tool-use chat SFT imitates: each annotation becomes one
+assistant turn (reasoning, then one calculator call) and one tool turn whose content comes from running
+our calculator, so the chat shows exactly what the environment returns. Loading reads the
+grade-school-math jsonl files (plain or gzipped, as shipped in data/gsm8k) or the Hugging Face parquet
+layout (needs pyarrow).
 """
 
 import json

@@ -1,20 +1,12 @@
 """Synthetic arithmetic word problems: the default task, needing no download.
 
-A problem is a short story about one person's collection that changes `level`
-times (gets more, gives some away, grows k-fold, splits into k equal piles);
-the question asks how many are left. Level 1 is one operation on numbers up to
-20; level L >= 2 chains L operations starting from numbers up to 10**L, so
-difficulty grows in both the number of steps and the size of the numbers.
-Every intermediate and the answer are positive integers (subtraction stays
-positive, division only by an exact divisor).
-
-Rows have GSM8K's schema and solution format, `<<7+5=12>>` calculator
-annotations and a final `#### 12`, so GSM8K's prompt, reward and expert chats
-apply unchanged and are imported from there rather than copied.
-
-Each row draws from its own RNG seeded with (seed, level, index): row i is
-the same whatever n is, and string seeds make it independent of
-PYTHONHASHSEED and of the machine.
+A problem is a short story about one person's collection that changes `level` times (gets more, gives
+some away, grows k-fold, splits into k equal piles); the question asks how many are left. Level 1 is one
+operation on numbers up to 20; level L >= 2 chains L operations from numbers up to 10**L. Every
+intermediate and the answer are positive integers. Rows have GSM8K's schema and solution format
+(`<<7+5=12>>` annotations, a final `#### 12`), so GSM8K's prompt, reward and expert chats apply unchanged
+and are imported from there. Row i draws from its own RNG seeded with (seed, level, i): the same
+whatever n is, independent of PYTHONHASHSEED and of the machine.
 """
 
 import random
