@@ -93,10 +93,7 @@ def recipe(a, j: Job) -> int:
     more = [*a.set, *a.eval_set]
     read(j, "test-sft", cfg, os.path.join(run, "sft", "hf"), "test", more)
     read(j, "test-final", cfg, os.path.join(run, "hf"), "test", more)
-    save = a.save
-    if save is None:  # bench/results only from a GPU: a CPU run of the job must not leave numbers there
-        save = "" if info["device"] == "cpu" else os.path.join(ROOT, "bench", "results", "speedrun.json")
-    j.phase("result", [python(), os.path.join(ROOT, "bench", "speedrun.py"), j.res] + (["--save", save] if save else []))
+    j.phase("result", [python(), os.path.join(ROOT, "bench", "speedrun.py"), j.res] + (["--save", a.save] if a.save else []))
     read(j, "val-final", cfg, os.path.join(run, "hf"), "val", more)  # picks nothing: last, so a cut run loses it only
     return j.finish()
 
@@ -108,8 +105,8 @@ def recipe_options(p):
                    help="configs/ablations/NAME.yaml layered on the config in every command (a candidate recipe)")
     p.add_argument("--train-set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides for train.py only")
     p.add_argument("--eval-set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides for eval.py only")
-    p.add_argument("--save", default=None, help="append the result to this JSON list (default: "
-                   "bench/results/speedrun.json on a GPU, none on a CPU; '' = none)")
+    p.add_argument("--save", default="", help="append the result to this JSON list too (it is always in "
+                   "RESULTS_DIR/speedrun.json: on a device, append the collected copy here with bench/speedrun.py)")
 
 
 def recipe_check(a):

@@ -1,11 +1,13 @@
 """The speedrun result of a recipe job (bench/device.py recipe), written from the job's own files.
 
     python bench/speedrun.py RESULTS_DIR [--save bench/results/speedrun.json]
+    python bench/speedrun.py COLLECTED/speedrun.json --save bench/results/speedrun.json
 
 RESULTS_DIR holds what the recipe job wrote: job.json (config, stamp: device, torch, commit, date), wall_s (the
 whole train.py command: SFT, RL, in-run validation reads, exports), test-sft.json and test-final.json (eval.py's
 results on all of the test split). The object goes to RESULTS_DIR/speedrun.json and, with --save, is appended
-to that file's list (one object a run; the same run saved twice is refused). Nothing here measures anything.
+to that file's list (one object a run; the same run saved twice is refused). The second form appends a result
+collected from a device (bench/device.py wait copies it out). Nothing here measures anything.
 """
 import argparse
 import json
@@ -72,10 +74,18 @@ def main(argv=None):
     p.add_argument("results_dir")
     p.add_argument("--save", help="append the object to this JSON list too")
     a = p.parse_args(argv)
-    out = result(a.results_dir)
-    with open(os.path.join(a.results_dir, "speedrun.json"), "w") as f:
-        json.dump(out, f, indent=1)
-        f.write("\n")
+    if os.path.isfile(a.results_dir):
+        try:
+            out = json.loads(_read(a.results_dir, "a speedrun result"))
+        except json.JSONDecodeError as e:
+            raise SystemExit(f"error: {a.results_dir}: not JSON ({e})") from None
+        if not isinstance(out, dict) or list(out) != list(KEYS) or out["name"] != "speedrun":
+            raise SystemExit(f"error: {a.results_dir}: not a speedrun result (keys {', '.join(KEYS)})")
+    else:
+        out = result(a.results_dir)
+        with open(os.path.join(a.results_dir, "speedrun.json"), "w") as f:
+            json.dump(out, f, indent=1)
+            f.write("\n")
     if a.save:
         append(a.save, out)
     print(json.dumps(out))
