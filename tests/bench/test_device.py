@@ -46,3 +46,68 @@ def test_recipe_job_end_to_end_on_the_smoke_config_then_a_rerun_skips_it(tmp_pat
     last = phases(res)[len(phases(res)) - 7:]
     assert last[1:6] == [f"skip {p} (done)" for p in ("recipe", "test-sft", "test-final", "result", "val-final")]
     assert json.loads(save.read_text()) == [out]  # the result phase was done: not appended twice
+
+
+ABL = ["--task", "smoke=configs/smoke.yaml", "--sft-steps", "1", "--rl-seconds", "1", "--set", "data.val_size=2",
+       "data.test_size=2", "train.steps=1", "rollout.prompts=2", "train.sft_batch=2"]
+
+
+@pytest.mark.slow
+def test_ablate_job_sft_once_then_lanes_and_a_rerun_runs_only_what_is_missing(tmp_path):
+    """One SFT, the recipe's lane and grpo's for seed 3, each trained from it and read on validation, the pair
+    compared; then --dry-run reruns print no phase for the finished lanes, only the lanes of a new seed (the SFT
+    kept), and a lane whose weights are gone before its pending read trains again."""
+    res = tmp_path / "res"
+    r = device("ablate", str(res), "--model", "tiny", "--arms", "grpo", "--seeds", "3", *ABL)
+    assert r.returncode == 0, r.stdout + r.stderr
+    done = [p.split()[1] for p in phases(res) if p.startswith("done ")]
+    assert done[0] == "smoke/sft" and sorted(done[1:]) == sorted(
+        ["smoke/rl-recipe-s3", "smoke/val-recipe-s3", "smoke/rl-grpo-s3", "smoke/val-grpo-s3"])
+    lane = json.loads((res / "smoke" / "grpo-s3.lane.json").read_text())
+    assert (lane["arm"], lane["seed"], lane["task"], lane["rl_seconds"]) == ("grpo", 3, "smoke", 1.0)
+    assert lane["sft"] == (res / "smoke" / "sft.id").read_text().strip() and lane["device"] == "cpu"
+    assert "  seed: 3\n" in (res / "smoke" / "grpo-s3" / "config.yaml").read_text()
+    rows = [json.loads(ln) for ln in (res / "smoke" / "compare.jsonl").read_text().splitlines()]
+    assert [x["ablation"] for x in rows] == ["grpo-s3"]
+
+    def dry(*more):
+        r = device("ablate", str(res), "--model", "tiny", "--arms", "grpo", *more, *ABL, "--dry-run")
+        assert r.returncode == 0, r.stdout + r.stderr
+        return [ln.split()[2].rstrip(":") for ln in r.stdout.splitlines() if ln.split()[1:2] == ["dry"]]
+
+    assert dry("--seeds", "3") == []
+    assert dry("--seeds", "3", "4") == ["smoke/rl-recipe-s4", "smoke/val-recipe-s4", "smoke/rl-grpo-s4",
+                                         "smoke/val-grpo-s4"]
+    (res / "smoke" / "val-grpo-s3.done").unlink()
+    import shutil
+    shutil.rmtree(res / "smoke" / "grpo-s3" / "hf")  # a new session: the lane's weights did not come back
+    assert dry("--seeds", "3") == ["smoke/rl-grpo-s3", "smoke/val-grpo-s3"]
+    shutil.rmtree(res / "smoke" / "sft" / "hf")
+    assert dry("--seeds", "3") == ["smoke/sft", "smoke/rl-grpo-s3", "smoke/val-grpo-s3"]
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--arms", "grpo", "lorra"], "no ablation 'lorra'"),
+    (["--arms", "grpo", "--test", "recipe", "lora"], "--test names lora, not an arm"),
+    (["--arms", "grpo", "--base-abl", "grpoo"], "no ablation 'grpoo'"),
+    (["--arms", "grpo", "--task", "a=configs/smoke.yaml"], "configs/smoke.yaml has no train.sft_steps"),
+])
+def test_ablate_refuses_a_wrong_lane_before_it_writes(tmp_path, args, line):
+    """A misspelled arm once ran the recipe's lane alone, a device session spent on the wrong table."""
+    r = device("ablate", str(tmp_path / "res"), "--model", "m.gguf", *args, timeout=120)
+    assert r.returncode == 2 and line in r.stderr, r.stdout + r.stderr
+    assert not (tmp_path / "res").exists()
+
+
+def test_a_failed_phase_is_named_before_all_done_and_the_wait_says_so(tmp_path):
+    """A wrong model path: the recipe phase fails, the phases after it that need its files fail or are not
+    run, the job ends with "failed phases: recipe" then ALL DONE and exits 1; the wait reports status 3."""
+    res = tmp_path / "res"
+    r = device("recipe", str(res), "--model", str(tmp_path / "none.gguf"), "--config", "configs/smoke.yaml",
+               timeout=300)
+    assert r.returncode == 1, r.stdout + r.stderr
+    lines = phases(res)
+    assert lines[-2] == "failed phases: recipe" and lines[-1] == "ALL DONE"
+    assert (res / "job.pid").read_text().strip().isdigit() and lines[0].startswith("begin: job pid ")
+    w = device("wait", str(res), "--out", str(tmp_path / "out"), "--limit", "5", timeout=120)
+    assert w.returncode == 3 and "done, with failed phases: recipe" in w.stdout
