@@ -9,7 +9,8 @@ runs in the background and calls that follow it back to back wait on it and copy
 (bench/wait.py). Every phase is marked done when it succeeds and skipped when the job is started again on the
 same folder (bench/phases.py). Every JSON a job writes carries device, torch, commit and date (bench/phases.py
 stamp; --commit names the commit where the machine has no .git). --dry-run prints each phase's command and runs
-nothing. The jobs are in JOBS (this file: recipe, ablate) and bench/device_jobs.py (the others).
+nothing. JOBS registers them: recipe and ablate here, the others in bench/device_jobs.py (iteration, lora,
+scale), bench/device_engine.py (rollout, agent, fa4, compile), bench/device_learn.py (learn, cli, peers).
 """
 import argparse
 import json
@@ -310,7 +311,9 @@ ablate.options, ablate.check = ablate_options, ablate_check
 
 
 def parser() -> argparse.ArgumentParser:
-    import device_jobs  # noqa: F401 - registers the other jobs
+    import device_engine  # noqa: F401 - these register the other jobs
+    import device_jobs  # noqa: F401
+    import device_learn  # noqa: F401
 
     p = argparse.ArgumentParser(prog="bench/device.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -353,4 +356,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    import device  # one copy of JOBS: the other job files register into the module they import by this name
+
+    sys.exit(device.main())
