@@ -235,8 +235,9 @@ def compare(j: Job, d: str, arms: list, seeds: list, test: list):
         for arm in arms[1:]:
             n = lane_name(arm, seed)
             res = pair(f"val-{lane_name('recipe', seed)}", f"val-{n}")
-            if res is not None:
-                rows.append({"ablation": n, "vs_recipe": res})
+            if res is not None:  # same_sft: lanes of one SFT policy (a lane rerun in another session has its own)
+                rows.append({"ablation": n, "vs_recipe": res,
+                             "same_sft": sft_of(j, d, lane_name("recipe", seed)) == sft_of(j, d, n)})
             if changes_env(arm):
                 res = pair(f"val-{lane_name('recipe-as-' + arm, seed)}", f"val-{n}")
                 if res is not None:
@@ -248,6 +249,14 @@ def compare(j: Job, d: str, arms: list, seeds: list, test: list):
     for name, out in (("compare.jsonl", rows), ("test-compare.jsonl", test_rows)):
         with open(j.path(f"{d}/{name}"), "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in out)
+
+
+def sft_of(j: Job, d: str, lane: str) -> str:
+    try:
+        with open(j.path(f"{d}/{lane}.lane.json")) as f:
+            return json.load(f)["sft"]
+    except (OSError, ValueError, KeyError):
+        return ""
 
 
 def task_spec(text: str):

@@ -68,7 +68,8 @@ def test_ablate_job_sft_once_then_lanes_and_a_rerun_runs_only_what_is_missing(tm
     assert lane["sft"] == (res / "smoke" / "sft.id").read_text().strip() and lane["device"] == "cpu"
     assert "  seed: 3\n" in (res / "smoke" / "grpo-s3" / "config.yaml").read_text()
     rows = [json.loads(ln) for ln in (res / "smoke" / "compare.jsonl").read_text().splitlines()]
-    assert [x["ablation"] for x in rows] == ["grpo-s3"]
+    assert [(x["ablation"], x["same_sft"]) for x in rows] == [("grpo-s3", True)]
+    assert {"gained", "lost", "p_exact"} <= set(rows[0]["vs_recipe"])
 
     def dry(*more):
         r = device("ablate", str(res), "--model", "tiny", "--arms", "grpo", *more, *ABL, "--dry-run")
