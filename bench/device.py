@@ -66,8 +66,9 @@ def read(j: Job, name: str, cfg: list, model: str, split: str, more=(), gpu=None
                         f"eval.out={out}", *more], gpu=gpu, keep=[out + ".json"] if keep_json else ())
     if ok and not j.dry and not os.path.exists(out + ".json"):
         res = last_json(out + ".log")
-        if res is not None:
-            write_json(out + ".json", res)
+        if res is not None:  # one line, as eval.py prints it (bench/ablation_table.py reads JSON lines)
+            with open(out + ".json", "w") as f:
+                f.write(json.dumps(res) + "\n")
     return ok
 
 

@@ -53,7 +53,7 @@ stay on the Triton kernels unless R1_FA4_CACHE=1 sends them to fa4 through a
 page table of one page per slot and seqused_k (or R1_ATTN=fa4): on one H200
 (2026-12-01, bench/h200_fa4.sh) a decode step of 256 rows took fa4 62 us against
 Triton's 34 us, and the 3B-shape agent loop ran at 0.71x, so Triton stays the
-default for cache reads (bench/results/attention_h200.json). The package is a beta whose
+default for cache reads (bench/results/attention.json). The package is a beta whose
 API moves; a call refused for its signature (TypeError) prints one line naming
 the version and turns fa4 off for the process, falling back to the next backend;
 so does a failed backward, tried once on tiny inputs before the first forward

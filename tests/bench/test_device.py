@@ -70,6 +70,11 @@ def test_ablate_job_sft_once_then_lanes_and_a_rerun_runs_only_what_is_missing(tm
     rows = [json.loads(ln) for ln in (res / "smoke" / "compare.jsonl").read_text().splitlines()]
     assert [(x["ablation"], x["same_sft"]) for x in rows] == [("grpo-s3", True)]
     assert {"gained", "lost", "p_exact"} <= set(rows[0]["vs_recipe"])
+    table = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "ablation_table.py"), str(res / "smoke")],
+                           capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert table.returncode == 0, table.stderr
+    lanes = [ln.split("|")[1].strip() for ln in table.stdout.splitlines() if ln.startswith("| ")]
+    assert lanes[2:] == ["recipe-s3", "grpo-s3"], table.stdout  # after the header and its rule
 
     def dry(*more):
         r = device("ablate", str(res), "--model", "tiny", "--arms", "grpo", *more, *ABL, "--dry-run")
