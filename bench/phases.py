@@ -22,16 +22,21 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def stamp(commit: str = "") -> dict:
     """{device, torch, commit, date}: the GPU's name (or "cpu"), torch's version, the repository's commit
     (`commit`, else git's HEAD, else "unknown": a device machine gets a copy of the tree without .git)."""
-    import torch
-
-    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    # in a process of its own: a CUDA context made here would hold GPU memory for the whole job
+    probe = ("import json, torch; print(json.dumps([torch.__version__, torch.cuda.get_device_name() "
+             "if torch.cuda.is_available() else 'cpu']))")
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    try:
+        version, device = json.loads(r.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        version, device = "unknown", "unknown"
     if not commit:
         try:
             commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True,
                                     text=True, timeout=30).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             commit = ""
-    return {"device": device, "torch": torch.__version__, "commit": commit or "unknown",
+    return {"device": device, "torch": version, "commit": commit or "unknown",
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")}
 
 
