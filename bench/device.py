@@ -22,12 +22,13 @@ import uuid
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from phases import ROOT, Job, last_json, python, stamp  # noqa: E402
 
-JOBS = {}  # name -> (function(args, job), help line, function adding the job's options to its parser)
+JOBS = {}  # name -> (function(args, Job) -> exit status, help line); the function's options() adds its flags
 RECIPE = "configs/gsm8k_tool_30min.yaml"
 
 
 def job(name: str, help_line: str):
-    """Register a job: the decorated function gets (args, Job); its `options` attribute adds its flags."""
+    """Register a job: the decorated function gets (args, Job); its `options` attribute adds its flags and its
+    `check` attribute refuses wrong arguments before anything is written."""
     def register(fn):
         JOBS[name] = (fn, help_line)
         return fn
@@ -59,11 +60,11 @@ def write_json(path: str, obj):
     os.replace(path + ".tmp", path)
 
 
-def read(j: Job, name: str, cfg: list, model: str, split: str, more=(), gpu=None, keep_json=True) -> bool:
+def read(j: Job, name: str, cfg: list, model: str, split: str, more=(), gpu=None) -> bool:
     """Phase `name`: eval.py on all of `split` into RES/<name>/ (eval.out), its result also in RES/<name>.json."""
     out = j.path(name)
     ok = j.phase(name, [python(), "eval.py", *cfg, f"model.path={model}", f"eval.split={split}", "eval.limit=0",
-                        f"eval.out={out}", *more], gpu=gpu, keep=[out + ".json"] if keep_json else ())
+                        f"eval.out={out}", *more], gpu=gpu, keep=[out + ".json"])
     if ok and not j.dry and not os.path.exists(out + ".json"):
         res = last_json(out + ".log")
         if res is not None:  # one line, as eval.py prints it (bench/ablation_table.py reads JSON lines)
@@ -76,7 +77,7 @@ def read(j: Job, name: str, cfg: list, model: str, split: str, more=(), gpu=None
 
 
 @job("recipe", "one train.py command (SFT, RL, in-run reads, exports) timed whole, then its test reads; "
-               "bench/results/speedrun.json")
+               "the speedrun result in RESULTS_DIR/speedrun.json")
 def recipe(a, j: Job) -> int:
     cfg = configs(a.config, *[ablation(n) for n in a.base_abl])
     run = j.path("recipe")
