@@ -137,6 +137,10 @@ def changes_env(arm: str) -> bool:
         return any(line.startswith("env:") for line in f)
 
 
+# A lane (task, arm, seed) is done when its RL run and every read of it are marked done; it needs its weights
+# only while a read is pending. So a results folder that `wait` brought back (small files and markers, no
+# weights), extracted and carried to a later session, reruns only the lanes not done there, after a new SFT
+# (whose id, RES/TASK/sft.id, each lane records: compare.jsonl says whether a pair shares one).
 @job("ablate", "SFT once a task, then lanes (task, arm, seed) one at a time a GPU from it, equal RL seconds, "
                "validation (and --test) reads; a lane done is skipped on rerun")
 def ablate(a, j: Job) -> int:
