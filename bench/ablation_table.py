@@ -1,6 +1,6 @@
-"""The ablation table of bench/h200_ablate.sh's results, as Markdown for the README, and its curves as PNGs.
+"""The ablation table of a task's lanes (bench/device.py ablate: RESULTS_DIR/TASK), as Markdown, and its curves.
 
-    python bench/ablation_table.py RESULTS_DIR [RESULTS_DIR ...] [--png-prefix docs/ablation]
+    python bench/ablation_table.py RESULTS_DIR/TASK [RESULTS_DIR/TASK ...] [--png-prefix docs/ablation]
 
 Several RESULTS_DIRs are sets run in different sessions, each with its own SFT policy and recipe lane: one
 table with a `set` column (the folder's name), every lane compared with the recipe lane of its own set only
@@ -10,9 +10,9 @@ One row per lane: iterations run in the shared time, validation accuracy (eval.p
 split carved from train: the table picks the next recipe, so it never reads the test split), the paired
 comparison with the recipe's lane (r1.compare: gained / lost, McNemar p), and the last logged entropy.
 Numbers are copied from the run's files; a lane whose evaluation is missing is listed as such. Then the lane
-cost: the recipe lane's median seconds an iteration in its wave against the same config alone (h200_ablate.sh
-SOLO, or --solo RUN for a solo run made elsewhere). Last, apart
-from the table, the lanes that h200_ablate.sh TEST read once on the test split as final recipes.
+cost: the recipe lane's median seconds an iteration in its wave against the same config alone (a solo run of
+the older shell job, or --solo RUN for a solo run made elsewhere). Last, apart
+from the table, the lanes that ablate --test read once on the test split as final recipes.
 """
 import argparse
 import json
@@ -44,16 +44,22 @@ def _lines(path):
     return out
 
 
+def is_recipe(lane: str) -> bool:
+    """The recipe's lane: `recipe`, or `recipe-sSEED` when the lanes were run with seeds."""
+    return lane == "recipe" or (lane.startswith("recipe-s") and lane[8:].isdigit())
+
+
 def rows(res: str) -> list:
     lines = _lines(os.path.join(res, "compare.jsonl"))
     compare = {c["ablation"]: c["vs_recipe"] for c in lines if "vs_recipe" in c}
     same_env = {c["ablation"]: c["vs_recipe_same_env"] for c in lines if "vs_recipe_same_env" in c}
-    names = sorted(n for n in os.listdir(res) if os.path.isfile(os.path.join(res, n, "metrics.jsonl")))
-    names.sort(key=lambda n: n != "recipe")
+    names = sorted(n for n in os.listdir(res) if os.path.isfile(os.path.join(res, n, "metrics.jsonl"))
+                   and ".stale-" not in n)  # a lane's folder moved aside by a rerun is not a lane
+    names.sort(key=lambda n: not is_recipe(n))
     out = []
     for n in names:
         m = [x for x in _lines(os.path.join(res, n, "metrics.jsonl")) if "reward_mean" in x]
-        if n == "sft" and not m:  # the SFT run the lanes start from (bench/h200_lora_pair.sh), not a lane
+        if n == "sft" and not m:  # the SFT run the lanes start from (the ablate job's), not a lane
             continue
         val = _lines(os.path.join(res, f"val-{n}.json"))
         out.append({"name": n, "iterations": len(m), "val_accuracy": val[-1]["accuracy"] if val else None,
@@ -63,7 +69,7 @@ def rows(res: str) -> list:
 
 
 def same_env_lines(table: list) -> list:
-    """Lanes whose ablation changes the environment (h200_ablate.sh reads the recipe's lane under it too): the
+    """Lanes whose ablation changes the environment (the ablate job reads the recipe's lane under it too): the
     lane against the recipe's lane read the same way, which is what the lane's training changed."""
     out = []
     for r in table:
@@ -92,7 +98,7 @@ def seconds_per_iteration(rows: list, first: int, last: int):
 def lane_cost(res: str, solo: str = "") -> str:
     """One line: the recipe lane's median seconds an iteration beside the others against alone, over the same
     iterations (2..the lane's last), or ''. `solo` is a run of the same config alone on the GPU; by default the
-    one h200_ablate.sh SOLO made (RES/solo/recipe), which also keeps the lane's memory fraction (a solo run with
+    one the older shell job's SOLO made (RES/solo/recipe), which also keeps the lane's memory fraction (a solo run with
     a bigger memory plan mixes that in). Seconds an iteration, not iteration counts: a solo run from
     another session (e.g. the recipe's own run, docs/results/recipe1) ran longer, and its first iterations are
     the ones to set against the lane's."""
@@ -110,7 +116,7 @@ def lane_cost(res: str, solo: str = "") -> str:
 
 
 def test_lines(res: str) -> list:
-    """The lanes h200_ablate.sh TEST read once on the test split (final recipes, not candidates): one line each,
+    """The lanes ablate --test read once on the test split (final recipes, not candidates): one line each,
     with the paired comparison against the first named. Kept apart from the table, which never reads test."""
     cmp = {c["test"]: c for c in _lines(os.path.join(res, "test-compare.jsonl"))}
     out = []
@@ -146,24 +152,24 @@ def markdown(table: list, sets: list | None = None) -> str:
 def check_set(res: str) -> list:
     """rows(res), or a one-line exit naming the folder: missing, no lanes, or no recipe lane."""
     if not os.path.isdir(res):
-        sys.exit(f"error: {res} is not a folder (bench/h200_ablate.sh's RESULTS_DIR)")
+        sys.exit(f"error: {res} is not a folder (bench/device.py ablate's RESULTS_DIR/TASK)")
     table = rows(res)
     if not table:
         sys.exit(f"error: no lanes (folders with metrics.jsonl) in {res}")
-    if table[0]["name"] != "recipe":
+    if not is_recipe(table[0]["name"]):
         sys.exit(f"error: {res} has no recipe lane (recipe/metrics.jsonl), which every row is compared with: "
-                 f"not a results folder of bench/h200_ablate.sh")
+                 f"not a task folder of bench/device.py ablate")
     return table
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python bench/ablation_table.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("results", nargs="+", help="bench/h200_ablate.sh's RESULTS_DIR; several: one set each")
+    p.add_argument("results", nargs="+", help="bench/device.py ablate's RESULTS_DIR/TASK; several: one set each")
     p.add_argument("--png-prefix", help="write PREFIX_reward.png, PREFIX_val.png, PREFIX_entropy.png "
                    "(several sets: PREFIX_SET_reward.png, ...)")
     p.add_argument("--solo", default="", help="a run of the recipe alone on the GPU, for the lane cost "
-                   "(default: RESULTS_DIR/solo/recipe, which h200_ablate.sh SOLO=1 makes; one RESULTS_DIR only)")
+                   "(default: RESULTS_DIR/solo/recipe, if an older job made one; one RESULTS_DIR only)")
     a = p.parse_args(argv)
     if a.solo and len(a.results) > 1:
         sys.exit("error: --solo goes with one RESULTS_DIR (several sets: each set's own solo/recipe is used)")

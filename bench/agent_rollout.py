@@ -461,8 +461,8 @@ def main(argv=None):
                    help="more agent runs in the same process, e.g. 16-sync,16,8,4,4-nomix: steps per chunk, "
                         "'-sync' without overlap, '-nomix' without mixed steps; each is timed (not "
                         "instrumented) and listed under 'schedules'")
-    p.add_argument("--save", nargs="?", const="bench/results/agent_rollout_h200.json", default=None,
-                   help="append the result to a JSON list (default bench/results/agent_rollout_h200.json)")
+    p.add_argument("--save", nargs="?", const="bench/results/agent_rollout.json", default=None,
+                   help="append the result to a JSON list (default bench/results/agent_rollout.json)")
     p.add_argument("--eager-paths", action="store_true",
                    help="eager elementwise ops, unfused projections, no chunk graphs (kernels.compile=false, "
                         "kernels.fuse=false, kernels.chunk_graphs=false)")

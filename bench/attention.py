@@ -1,7 +1,7 @@
 """Issue 34: FlashAttention-4 (`fa4`, flash_attn.cute) against today's attention path, measured in one run.
 
     python bench/attention.py [--out PATH]          # the kernels alone (CUDA); JSON lines on stdout
-    python bench/attention.py --collect DIR [--out bench/results/attention_h200.json]
+    python bench/attention.py --collect DIR [--out bench/results/attention.json]
     python bench/attention.py --cpu-check           # the CPU: the timing code on tiny cases, nothing written
 
 Kernels (bf16, causal, packed, one layer): 48 sequences of 64..2,047 tokens (uniform, seeded) with the
@@ -20,8 +20,8 @@ triton_chunk.
 Times are medians over --reps of --iters calls, after warm-up (fa4 compiles its kernels on the first call:
 `first_call_s`).
 
---collect DIR turns the logs of bench/h200_fa4.sh (train step, agent loop, logprob gap, each with and
-without fa4) and DIR/kernels.json into bench/results/attention_h200.json: one object per measurement with
+--collect DIR turns the logs of the fa4 job (bench/device.py fa4) (train step, agent loop, logprob gap, each with and
+without fa4) and DIR/kernels.json into bench/results/attention.json: one object per measurement with
 name 'attention', what, backend, seconds, baseline_backend, baseline_seconds.
 """
 import argparse
@@ -219,7 +219,7 @@ def last_json(path, name):
 
 
 def collect(d):
-    """The objects of bench/h200_fa4.sh's runs in d: kernels.json, then each pair of logs (with fa4, without)."""
+    """The objects of the fa4 job's runs in d (bench/device.py fa4): kernels.json, then each pair of logs (with fa4, without)."""
     rows = json.load(open(os.path.join(d, "kernels.json"))) if os.path.exists(os.path.join(d, "kernels.json")) else []
     base_label = "torch_flash+triton (R1_FA4=0: today's path)"
 
@@ -262,7 +262,7 @@ def collect(d):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--out", default=None, help="write the objects as a JSON list here")
-    p.add_argument("--collect", default=None, metavar="DIR", help="gather bench/h200_fa4.sh's runs in DIR")
+    p.add_argument("--collect", default=None, metavar="DIR", help="gather the fa4 job's runs in DIR (bench/device.py fa4)")
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--no-decode", action="store_true", help="no cache cases (decode step, appended chunk)")

@@ -11,7 +11,7 @@ FP8 weight is half the bytes to read, its main gain in decode. Prints one JSON l
 each also appended to `--out F` as it comes (a run cut short keeps its rows). `--device cpu` (the default
 without CUDA): two small shapes, a dry run of the code path only, no speed meaning; on the CPU `_scaled_mm`
 also takes a row-major second operand, so the CUDA layout rule is checked on the GPU only.
-    python bench/fp8_matmul.py [--out bench/results/fp8_matmul_h200.json] [--reps 50] [--device cuda|cpu]
+    python bench/fp8_matmul.py [--out bench/results/fp8_matmul.json] [--reps 50] [--device cuda|cpu]
 """
 import argparse
 import json

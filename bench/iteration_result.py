@@ -1,7 +1,7 @@
 """Iteration time of finished runs (issue 31: PPO and GRPO, train.overlap 0 against 1) as JSON, from the
 runs' own metrics.jsonl; nothing here times anything.
 
-    python bench/iteration_result.py --runs R/ppo-o0 R/ppo-o1 ... [--save bench/results/iteration_h200.json]
+    python bench/iteration_result.py --runs R/ppo-o0 R/ppo-o1 ... [--save bench/results/iteration.json]
 
 One object per run: name "iteration", model (model.path), algo (algo.advantage of its config.yaml),
 overlap, micro_tokens and memory_fraction as asked, and medians over iterations 2..n (the first compiles and captures;

@@ -1,12 +1,12 @@
 """The learning result of a recipe run (issue 29) as one JSON object, written from the run's own files.
 
     python bench/learning_result.py --run RUN_DIR --sft-eval SFT_EVAL.json --test-eval TEST_EVAL.json \
-        --wall WALL_SECONDS --config CONFIG --device "NVIDIA H200" [--save bench/results/learning_h200.json]
+        --wall WALL_SECONDS --config CONFIG --device "NVIDIA H200" [--save bench/results/learning.json]
 
 The evaluation files are the last lines eval.py prints (`eval.out/eval.json` holds the same object); both
 must be of the test split, all of it, so the numbers are the ones the README may quote. Nothing here
 computes an accuracy: it copies what eval.py measured and refuses files that do not fit together.
-`device` is the GPU the command ran on (bench/h200_recipe.sh passes torch's name for it): a run meant
+`device` is the GPU the command ran on (the device job passes torch's name for it): a run meant
 for an H200 was once lent an H100, and a file named learning_h200_*.json did not say so.
 """
 import argparse

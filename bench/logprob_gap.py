@@ -63,7 +63,7 @@ def main():
     print(json.dumps(res), flush=True)
     if a.save:
         os.makedirs("bench/results", exist_ok=True)
-        with open("bench/results/logprob_gap_h200.json", "w") as f:
+        with open("bench/results/logprob_gap.json", "w") as f:
             json.dump(res, f, indent=1)
 
 

@@ -1,7 +1,7 @@
 """LoRA against full fine-tuning on one GPU host: peak memory and iteration time of the real trainer.
 
     python bench/lora.py --shapes 7b,14b --ranks 16 --gpus 1 --tokenizer .stage/smol_tok \
-        --out bench/results/lora_h200.json
+        --out bench/results/lora.json
     python bench/lora.py --shapes tiny --ranks 0,4 --steps 2 --cpu      # a dry run of the harness on a CPU
 
 Each run is `train.py` (torchrun with --gpus > 1) in its own process, so one

@@ -5,7 +5,7 @@
 
 `train` runs TRL's GRPOTrainer for a fixed wall time and saves its policy as an HF folder
 (DIR/hf) that eval.py reads; `report` puts both runs, their evals and the paired comparison in
-one JSON object (bench/results/peer_trl_h200.json). bench/peer_trl.sh is the device job: both
+one JSON object (bench/results/peer_trl.json). bench/device.py peer-trl is the device job: both
 trainers at once, one GPU each, from the same SFT checkpoint, then both evaluated by eval.py.
 
 Why it is built this way:
@@ -250,7 +250,7 @@ def peak_from_smi(path: str | None) -> dict:
 
 def process_seconds(results_dir: str) -> dict:
     """{phase: seconds} of whole commands (start-up, loading and export included), from the
-    `HH:MM:SS done NAME Ns` lines bench/peer_trl.sh writes to progress.txt."""
+    `HH:MM:SS done NAME Ns` lines bench/device.py peer-trl writes to progress.txt."""
     import re
 
     out, path = {}, os.path.join(results_dir, "progress.txt")

@@ -160,8 +160,8 @@ def main():
     p.add_argument("--no-peer", action="store_true")
     p.add_argument("--lora", type=int, default=0, help="rank: measure the LoRA generator's decode instead (variants "
                    "plain, unfused, adapters, separate; see ours()), same run, no peer")
-    p.add_argument("--save", nargs="?", const="bench/results/rollout_h200.json", default=None,
-                   help="write the results as JSON (default path bench/results/rollout_h200.json)")
+    p.add_argument("--save", nargs="?", const="bench/results/rollout.json", default=None,
+                   help="write the results as JSON (default path bench/results/rollout.json)")
     p.add_argument("--eager-ops", action="store_true", help="eager elementwise ops (kernels.compile=false)")
     p.add_argument("--no-graphs", action="store_true", help="decode without CUDA graphs")
     a = p.parse_args()

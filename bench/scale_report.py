@@ -1,4 +1,4 @@
-"""Weak-scaling report from bench/scale.sh's run folders: one JSON line per GPU count.
+"""Weak-scaling report from bench/device.py scale's run folders: one JSON line per GPU count.
 
 Per GPU count, the mean over iterations after the first (which pays for warm-up: CUDA graphs,
 allocator growth) of the time split (rollout, scoring, update), episodes/s, sampled tokens/s and

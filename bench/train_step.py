@@ -19,7 +19,7 @@ master weights), for ours only. --fuse-train: ours again with q/k/v and gate/up 
 
 MFU counts useful tokens only: 6 N per token plus causal attention
 (6 * s^2 * heads * head_dim per layer per sequence), against the measured
-bf16 matmul rate. Prints JSON; --save writes bench/results/train_h200.json.
+bf16 matmul rate. Prints JSON; --save writes bench/results/train_step.json.
 """
 import argparse
 import datetime
@@ -165,7 +165,7 @@ def main():
     print(json.dumps(res), flush=True)
     if a.save:
         os.makedirs("bench/results", exist_ok=True)
-        with open("bench/results/train_h200.json", "w") as f:
+        with open("bench/results/train_step.json", "w") as f:
             json.dump(res, f, indent=1)
 
 

@@ -53,7 +53,7 @@ def test_param_count_of_known_shapes():
     h, q, kv, i = 576, 576, 192, 1536
     block = h * q + 2 * h * kv + q * h + 3 * h * i + 2 * h
     assert memory.param_count(SMOLLM2) == 49152 * h + 30 * block + h == 134_515_008
-    # Qwen2.5-3B shape: bench/train_step.py counted 3,085,938,688 on the real module (bench/results/train_h200.json)
+    # Qwen2.5-3B shape: bench/train_step.py counted 3,085,938,688 on the real module (bench/results/train_step.json)
     assert memory.param_count(QWEN3B) == 3_085_938_688
 
 

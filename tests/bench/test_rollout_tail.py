@@ -10,7 +10,7 @@ import pytest
 
 from r1.trajectory import Step, Trajectory, save
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "bench", "rollout_tail.py")
 
 

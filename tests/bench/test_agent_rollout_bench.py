@@ -11,7 +11,7 @@ import pytest
 
 from bench import agent_rollout
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "data" / "gsm8k" if (ROOT / "data" / "gsm8k").exists() else None  # shipped with the project
 
 

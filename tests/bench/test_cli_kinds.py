@@ -11,7 +11,7 @@ from r1.tasks.data import load_rows
 from r1.trajectory import save
 from test_gsm8k_calculations import episode
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 from cli_kinds import main  # noqa: E402
 

@@ -10,7 +10,7 @@ from r1.config import load_config
 from r1.tasks.data import load_rows
 from r1.trajectory import Step, Trajectory, save
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 from gsm8k_calculations import calculations, main  # noqa: E402
 

@@ -7,7 +7,7 @@ import pytest
 
 from bench import host_score
 
-CONFIG = str(Path(__file__).resolve().parent.parent / "configs" / "gsm8k_tool.yaml")
+CONFIG = str(Path(__file__).resolve().parents[2] / "configs" / "gsm8k_tool.yaml")
 
 
 def test_host_score_lanes_agree_and_are_timed():

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "bench", "learning_result.py")
 
 
@@ -85,7 +85,7 @@ def test_reads_eval_json_as_eval_py_writes_it_and_refuses_in_one_line(tmp_path):
 
 
 def test_ablation_table_leaves_out_the_sft_run_and_reads_partial_lines(tmp_path, capsys):
-    """bench/h200_lora_pair.sh puts its SFT run beside the lanes: not a lane. A lane cut off mid-line keeps its
+    """The lora-pair job (bench/device.py) puts its SFT run beside the lanes: not a lane. A lane cut off mid-line keeps its
     whole lines (a warning); a bad line elsewhere is one error naming file:line."""
     sys.path.insert(0, os.path.join(ROOT, "bench"))
     import ablation_table

@@ -14,7 +14,7 @@ from r1.envs.tools import get_tool
 from r1.tasks import gsm8k
 from r1.tokenizer import load_tokenizer
 
-DATA = Path(__file__).resolve().parent.parent / "data" / "gsm8k"
+DATA = Path(__file__).resolve().parents[2] / "data" / "gsm8k"
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from bench import env_host
 
-DATA = Path(__file__).resolve().parent.parent / "data" / "gsm8k"
+DATA = Path(__file__).resolve().parents[2] / "data" / "gsm8k"
 
 
 def test_env_host_bench_lanes_build_the_same_prompts():

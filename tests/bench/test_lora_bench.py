@@ -1,7 +1,7 @@
 """bench/lora.py: the runs it launches are the config it claims, and its summary reads metrics.jsonl right.
 
 The harness itself ran on the CPU (`python bench/lora.py --shapes tiny --ranks 0,4 --steps 2 --cpu`); its
-GPU numbers come from bench/h200_lora.sh.
+GPU numbers come from bench/device.py lora.
 """
 import json
 import os

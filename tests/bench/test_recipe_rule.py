@@ -8,7 +8,7 @@ import pytest
 
 from bench import recipe_rule
 
-RECIPE3 = Path(__file__).resolve().parent.parent / "docs" / "results" / "recipe3"
+RECIPE3 = Path(__file__).resolve().parents[2] / "docs" / "results" / "recipe3"
 
 
 def write_run(path, reads, seconds_per_iter, iters):
