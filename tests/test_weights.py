@@ -198,9 +198,12 @@ def test_unsupported_architecture(tmp_path):
         load_checkpoint(tmp_path / "m.gguf")
     model.save_pretrained(tmp_path / "hf")
     cfg = json.loads((tmp_path / "hf" / "config.json").read_text())
-    (tmp_path / "hf" / "config.json").write_text(json.dumps({**cfg, "model_type": "mistral"}))
-    with pytest.raises(ValueError, match=r"unsupported architecture 'mistral' in .*config.json"):
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**cfg, "model_type": "mamba"}))
+    with pytest.raises(ValueError, match=r"unsupported architecture 'mamba' in .*config.json"):
         load_checkpoint(tmp_path / "hf")
+    write_gguf(tmp_path / "s.gguf", model, arch="smollm3")  # a family whose NoPE layers GGUF metadata would hide
+    with pytest.raises(ValueError, match=r"s.gguf: no GGUF reader for architecture 'smollm3' \(readable: llama"):
+        load_checkpoint(tmp_path / "s.gguf")
 
 
 def test_check_state_dict():
