@@ -230,6 +230,8 @@ class Env:
     `env.rewards={my_term: 0.1}`. Empty = none."""
     tools: list[str] | None = None
     """Tools the env offers: registered names or package.module:attr; null = the task's own tools."""
+    tool_format: str = "auto"
+    """How the model writes tool calls (r1/tool_formats.py): auto = from its chat template; hermes, llama3, mistral."""
 
 
 @dataclass

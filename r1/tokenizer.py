@@ -63,6 +63,7 @@ DUMMY_USER = "r1-dummy-user-8f3c"
 DUMMY_ASSISTANT = "r1-dummy-assistant-5b1e"
 PROBE = {"tool": "r1_probe_tool_2d7a", "call": "r1_probe_call_9e41", "arg": "r1-probe-arg-77c0",
          "result": "r1-probe-result-0a6d"}
+PROBE_ID = "r1probe01"
 
 PIECE_CACHE_MIN = 512  # characters: texts and pieces shorter than this are encoded as they come
 PIECE_CACHE_SIZE = 256  # pieces kept (cleared when full)
@@ -348,10 +349,12 @@ class ChatTokenizer:
         if self._native is None:
             schema = {"type": "function", "function": {"name": PROBE["tool"], "description": "probe",
                                                        "parameters": {"type": "object", "properties": {}}}}
-            call = {"type": "function", "function": {"name": PROBE["call"], "arguments": {"x": PROBE["arg"]}}}
+            # ids of 9 letters and digits: Mistral's templates refuse a call or result without one
+            call = {"type": "function", "id": PROBE_ID,
+                    "function": {"name": PROBE["call"], "arguments": {"x": PROBE["arg"]}}}
             probe = [{"role": "user", "content": "hi"},
                      {"role": "assistant", "content": "", "tool_calls": [call]},
-                     {"role": "tool", "content": PROBE["result"]}]
+                     {"role": "tool", "content": PROBE["result"], "tool_call_id": PROBE_ID}]
             try:
                 text = self.hf.apply_chat_template(probe, tools=[schema], tokenize=False)
             except Exception:  # a template that chokes on tools/tool_calls does not support them

@@ -481,7 +481,7 @@ def cli_env(cfg, tokenizer, tools) -> CliEnv:
     return CliEnv(tokenizer, tools=tuple(tools), max_steps=e.max_steps, malformed_penalty=e.malformed_penalty,
                   format_reward=e.format_reward, tool_success_reward=e.tool_success_reward,
                   command_reward=e.command_reward, rewards=e.rewards, max_context=e.max_context,
-                  max_new_tokens=cfg.rollout.max_new_tokens, policy=e.context_policy)
+                  max_new_tokens=cfg.rollout.max_new_tokens, policy=e.context_policy, tool_format=e.tool_format)
 
 
 # ================================================================ the expert
