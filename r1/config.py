@@ -146,7 +146,9 @@ class Model:
     tokenizer: str | None = None
     """Tokenizer source (HF directory, .gguf, short name); defaults to model.path."""
     arch: str = "llama"
-    """For model.path=tiny: llama, qwen2 or qwen3."""
+    """For model.path=tiny: a model family of r1/families (llama, qwen2, qwen3, mistral, smollm3)."""
+    thinking: bool | None = None
+    """Qwen3's chat-template switch enable_thinking: null = the template's default; false = no reasoning block."""
     tiny_layers: int = 2
     """For model.path=tiny: number of layers."""
     tiny_hidden: int = 64
@@ -450,7 +452,7 @@ class Config:
 
 CHOICES = {
     "run.device": ["auto", "cpu", "cuda"], "run.dtype": ["auto", "float32", "bfloat16"],
-    "model.arch": ["llama", "qwen2", "qwen3"], "model.lora_generator": ["merged", "adapters"],
+    "model.arch": ["llama", "qwen2", "qwen3", "mistral", "smollm3"], "model.lora_generator": ["merged", "adapters"],
     "env.context_policy": CONTEXT_POLICIES,
     # the algorithm tables themselves (live: an entry added to a table is a valid choice)
     "algo.advantage": ESTIMATORS, "algo.policy_loss": POLICY_LOSSES, "algo.normalize_reward": REWARD_NORM_MODES,

@@ -111,9 +111,16 @@ TOOLS_FOOTER = ("\n</tools>\n\nFor each function call, return a json object with
                 '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>')
 
 
-def load_tokenizer(path_or_name) -> "ChatTokenizer":
-    """An HF folder, a .gguf file or a short model name -> ChatTokenizer (cached per path)."""
-    return _load(str(resolve(path_or_name).resolve()))
+def load_tokenizer(path_or_name, thinking: bool | None = None) -> "ChatTokenizer":
+    """An HF folder, a .gguf file or a short model name -> ChatTokenizer (cached per path and switch).
+
+    thinking: Qwen3's chat-template switch `enable_thinking` (model.thinking); None leaves the template's
+    default. A template without that switch is an error, not a silently ignored setting."""
+    tok = _load(str(resolve(path_or_name).resolve()), thinking)
+    if thinking is not None and "enable_thinking" not in (tok.hf.chat_template or ""):
+        raise ValueError(f"model.thinking={str(thinking).lower()}: the chat template of {path_or_name} has no "
+                         f"enable_thinking switch (Qwen3's); leave model.thinking unset")
+    return tok
 
 
 # The files transformers reads from a tokenizer folder. Each is checked before it does (regular, inside the
@@ -126,13 +133,13 @@ MAX_TOKENIZER_FILE = 128 << 20
 
 
 @lru_cache(maxsize=None)
-def _load(path: str) -> "ChatTokenizer":
+def _load(path: str, thinking: bool | None = None) -> "ChatTokenizer":
     from transformers import AutoTokenizer
 
     p = Path(path)
     if p.suffix == ".gguf":
         header = gguf_header(p)  # a damaged header or tokenizer array is one line here, not a numpy error
-        tok = ChatTokenizer(gguf_tokenizer(p, header), path)
+        tok = ChatTokenizer(gguf_tokenizer(p, header), path, thinking=thinking)
         embedding = header["tensors"].get("token_embd.weight")
         if embedding:  # GGUF dims are innermost first: (hidden, vocab)
             check_vocab(tok, int(embedding[0][-1]), path)
@@ -149,7 +156,7 @@ def _load(path: str) -> "ChatTokenizer":
         eos = read_json(generation, MAX_TOKENIZER_FILE, "generation config")
         eos = eos.get("eos_token_id") if isinstance(eos, dict) else None
         extra = [eos] if isinstance(eos, int) else [i for i in eos or [] if isinstance(i, int)]
-    return ChatTokenizer(hf, path, extra_stop_ids=extra)
+    return ChatTokenizer(hf, path, extra_stop_ids=extra, thinking=thinking)
 
 
 def check_vocab(tok: "ChatTokenizer", vocab_size: int, model, own: bool = False) -> None:
@@ -173,9 +180,11 @@ def check_vocab(tok: "ChatTokenizer", vocab_size: int, model, own: bool = False)
 class ChatTokenizer:
     """An HF tokenizer plus exact, incremental chat rendering to ids."""
 
-    def __init__(self, hf, name: str, extra_stop_ids=()):
+    def __init__(self, hf, name: str, extra_stop_ids=(), thinking: bool | None = None):
         self.hf = hf
         self.name = name  # the path, for error messages
+        # chat-template variables every render passes: Qwen3's enable_thinking (load_tokenizer's `thinking`)
+        self.template_vars = {} if thinking is None else {"enable_thinking": bool(thinking)}
         self._split = _added_token_splitter(hf)  # None: encode whole texts (always exact)
         self._pieces: dict = {}  # long text between added tokens -> its ids (a system prompt with tools)
         self.eos_id: int = hf.eos_token_id
@@ -277,7 +286,7 @@ class ChatTokenizer:
         if uses_tools and not self._native_tools():
             messages, tools = _hermes_messages(messages, tools), None
         messages = [{**m, "content": self.mark_literals(m["content"])} for m in messages]
-        return self.hf.apply_chat_template(messages, tools=tools or None, tokenize=False,
+        return self.hf.apply_chat_template(messages, tools=tools or None, tokenize=False, **self.template_vars,
                                            add_generation_prompt=add_generation_prompt)
 
     def render_next(self, new_messages, tools=None, add_generation_prompt=True) -> list[int]:

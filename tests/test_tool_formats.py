@@ -231,3 +231,26 @@ def test_null_arguments_reach_the_env_as_a_call(name, text):
     """JSON's null is a value, not a parse failure: the call reaches the env, which reports bad arguments."""
     calls, errors = tool_formats.get(name).parse(text, 8)
     assert calls == [("c", None)] and errors == []
+
+
+# Qwen3's switch: with enable_thinking false the generation prompt holds an empty reasoning block
+QWEN3_THINK = CHATML.replace("{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+                             "{% if add_generation_prompt %}<|im_start|>assistant\n{% if enable_thinking is defined "
+                             "and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}{% endif %}")
+
+
+def test_thinking_switch_reaches_every_render(tmp_path):
+    from r1.tokenizer import load_tokenizer
+
+    hf = byte_tokenizer(QWEN3_THINK, "chatml").hf
+    hf.save_pretrained(str(tmp_path / "qwen3ish"))
+    conv = [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}, {"role": "user", "content": "3+3?"}]
+    default, off = load_tokenizer(tmp_path / "qwen3ish"), load_tokenizer(tmp_path / "qwen3ish", thinking=False)
+    assert not default.render_text(conv).endswith("</think>\n\n")
+    assert off.render_text(conv).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert load_tokenizer(tmp_path / "qwen3ish", thinking=True).render_text(conv) == default.render_text(conv)
+    held = off.render(conv[:2], add_generation_prompt=False)
+    assert held + off.render_next(conv[2:]) == off.render(conv)  # the next turn's prompt has the block too
+    byte_tokenizer(CHATML, "chatml").hf.save_pretrained(str(tmp_path / "plain"))
+    with pytest.raises(ValueError, match="model.thinking=false: the chat template of .*plain has no enable_thinking"):
+        load_tokenizer(tmp_path / "plain", thinking=False)
