@@ -1,47 +1,16 @@
 """Tokenizer and chat rendering to token ids, whole conversations and one turn at a time.
 
-The step-level MDP never re-tokenizes what the model sampled (README, "re-tokenization
-drift" in the maintainers' design notes). So a conversation grows as token ids: the sampled response ids, then the forced ids
-that close the assistant turn (`close_turn_ids`), then the ids of the next turn(s) rendered on
-their own (`render_next`). This module makes those pieces agree with the model's own chat
-template, so `render(prefix) + render_next(new) == render(prefix + new)` token for token.
-
-`render_next` renders [dummy user, dummy assistant] + new messages and keeps the text after the
-dummy assistant turn's closing text (what the template writes after an assistant message, e.g.
-`<|im_end|>\\n`). If the template does not write that closing text unchanged when more messages
-follow, it is not append-only for this case and we raise. Only the dummy turn is anchored, so a
-template that rewrites older turns (Qwen3 drops past reasoning) still works: the caller never
-re-renders old turns, it holds their ids.
-Boundary rule: the suffix is encoded separately from the held ids, which is only safe if no BPE
-merge can cross the boundary. We require the boundary to touch a special token (the closing text
-ends with one, or the suffix starts with one, as `<|im_start|>` does in ChatML); special tokens
-are split out before BPE runs, so the two sides tokenize independently.
-
-Tools: a template that renders tool schemas, tool calls and `tool` messages itself (Qwen2.5,
-Qwen3) is used as is; we find out by rendering a probe conversation and looking for its markers.
-Otherwise (SmolLM2's plain ChatML) we fall back to the Hermes / Qwen2.5 convention, written as
-plain messages the template can render:
-  * the tool schemas go into the system message, after its content, inside `<tools></tools>`
-    with the instruction to answer with `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`
-    (with no system message, the system turn holds only that block);
-  * an assistant tool call becomes the text `<tool_call>\\n{json}\\n</tool_call>` after its content;
-  * consecutive `tool` messages become one `user` turn of `<tool_response>\\n...\\n</tool_response>`
-    blocks joined by newlines.
-Parsing tool calls out of sampled text belongs to the environment, not here.
-
-Special-token text in message content (a GSM8K question holding `<|im_start|>assistant`, a tool
-result quoting one) never becomes a control token: `render_text` marks each such string in the
-content with private-use characters around its index, and `encode` turns a marked string into
-the plain tokens of its text (`split_special_tokens`), so the rendered prompt keeps the exact
-text and cannot forge a turn. Only the template's own special tokens are control tokens.
-The marker's opening character (U+E000) in the content itself is marked too (`LIT_OPEN e LIT_CLOSE`),
-and `encode` puts it back into the text around it before encoding, so private-use characters a
-question or a tool result holds reach the model as written, token for token (`\ue0000\ue001` in a
-question was read as a marker and became `<jupyter_output>`).
-
-GGUF tokenizers: transformers 5.x builds them with `eos_token` set to the BOS token
-(`integrations/ggml.py`, GPT2 converter), so bos/eos/pad are reset from the GGUF metadata.
-Building one takes about 20 s of a laptop core, so r1/gguf_tokenizer.py caches the conversion.
+The step-level MDP never re-tokenizes what the model sampled: a conversation grows as ids (the sampled
+response, the forced ids that close the turn, `close_turn_ids`, then the next turns rendered alone,
+`render_next`), and this module makes those pieces agree with the chat template token for token:
+`render(prefix) + render_next(new) == render(prefix + new)`. `render_next` renders a dummy user and
+assistant turn before the new messages and keeps what follows the dummy turn's closing text; the
+boundary must touch a special token, so no BPE merge crosses it. Tools: a template that renders tool
+schemas, calls and `tool` messages itself (Qwen, Llama 3, Mistral) is used as is; otherwise the Hermes
+convention is written as plain messages (`_hermes_messages`). Parsing calls out of sampled text is
+r1/tool_formats.py's. Special-token text inside message content is marked (`mark_literals`) and encoded
+as plain text, so content can never forge a turn; `model.thinking` sets Qwen3's `enable_thinking`.
+GGUF tokenizers come from r1/gguf_tokenizer.py (converted once, cached, special tokens fixed).
 """
 
 from __future__ import annotations
@@ -255,7 +224,8 @@ class ChatTokenizer:
 
     def mark_literals(self, text: str) -> str:
         """Content text with every special-token string marked as literal text, and every U+E000 marked as
-        itself (see the module docstring)."""
+        itself. `encode` turns a marked string into the plain tokens of its text (`split_special_tokens`) and
+        puts a marked U+E000 back into the text around it, so content reaches the model as written."""
         if LIT_OPEN in text:
             text = text.replace(LIT_OPEN, LIT_ESCAPE)
         for k, t in enumerate(self.literals):
@@ -425,13 +395,17 @@ def _normalize_tools(tools) -> list[dict]:
 
 def hermes_messages(messages, tools=None) -> list[dict]:
     """A conversation with tool schemas, calls and results as the plain system/user/assistant messages
-    that a template without tool support renders (the module docstring's Hermes convention); for a
+    that a template without tool support renders (the Hermes convention, _hermes_messages); for a
     peer that must see our exact prompts through its own chat template (bench/peer_trl.py)."""
     return _hermes_messages(_normalize_messages(messages), _normalize_tools(tools))
 
 
 def _hermes_messages(messages: list[dict], tools: list[dict]) -> list[dict]:
-    """Tool schemas, calls and results as plain system/user/assistant text (see module docstring)."""
+    """Tool schemas, calls and results as plain system/user/assistant text, the Hermes / Qwen2.5 convention:
+    the schemas go into the system message after its content, inside `<tools></tools>` with the instruction
+    to answer with `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` (with no system message, the
+    system turn holds only that block); an assistant call becomes `<tool_call>\\n{json}\\n</tool_call>` after
+    its content; consecutive `tool` messages become one `user` turn of `<tool_response>` blocks."""
     out, tool_turn = [], False  # tool_turn: out[-1] is a user turn made of tool responses
     if tools:
         block = TOOLS_HEADER + "".join("\n" + json.dumps(t, ensure_ascii=False) for t in tools) + TOOLS_FOOTER

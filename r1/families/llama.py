@@ -5,7 +5,7 @@ the shared config reader in r1/model.py, as every family's RoPE is. llama.cpp's 
 interleaves the q/k rows of each head, which the GGUF reader undoes (gguf_permute_qk); a Llama 3.x
 GGUF file carries its rope scaling as a `rope_freqs` tensor, which the reader refuses by name.
 """
-from r1.families import GGUF_BLOCK_NAMES, Family
+from r1.families.base import GGUF_BLOCK_NAMES, Family
 
 FAMILY = Family(
     name="llama", architecture="LlamaForCausalLM",

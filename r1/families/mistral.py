@@ -5,7 +5,7 @@ Mistral 7B v0.1 attends through a 4096-token sliding window; later models set `s
 (full_attention): r1's attention kernels have no window. llama.cpp converts Mistral checkpoints
 to its `llama` architecture, so a Mistral GGUF file loads as the llama family.
 """
-from r1.families import Family, full_attention
+from r1.families.base import Family, full_attention
 
 FAMILY = Family(
     name="mistral", architecture="MistralForCausalLM",

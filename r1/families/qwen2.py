@@ -3,7 +3,7 @@
 Its sliding window applies only with `use_sliding_window` set; r1 refuses that where the window is
 shorter than the context (full_attention). llama.cpp keeps the HF row order of q/k for this family.
 """
-from r1.families import GGUF_BLOCK_NAMES, Family, full_attention
+from r1.families.base import GGUF_BLOCK_NAMES, Family, full_attention
 
 FAMILY = Family(
     name="qwen2", architecture="Qwen2ForCausalLM",

@@ -3,7 +3,7 @@
 q/k/v biases follow `attention_bias` (off in every released Qwen3). Its thinking switch is a chat
 template variable (r1/tokenizer.py), not a model change. llama.cpp keeps the HF row order of q/k.
 """
-from r1.families import GGUF_BLOCK_NAMES, Family
+from r1.families.base import GGUF_BLOCK_NAMES, Family
 
 FAMILY = Family(
     name="qwen3", architecture="Qwen3ForCausalLM",

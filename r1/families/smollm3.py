@@ -4,7 +4,7 @@
 fourth layer skips it: `no_rope_layer_interval`); ModelConfig.rope_layers holds the list. Its
 optional sliding window (`use_sliding_window`) is refused (full_attention). No GGUF reader.
 """
-from r1.families import Family, full_attention
+from r1.families.base import Family, full_attention
 
 
 def switches(hf: dict) -> dict:
