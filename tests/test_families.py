@@ -136,3 +136,19 @@ def test_refusals_are_one_line_errors():
         ModelConfig.from_hf({**smol, "no_rope_layers": [1, 0, 1]})
     with pytest.raises(ValueError, match="unsupported architecture 'gemma9'; supported: llama, qwen2, qwen3"):
         tiny_config("gemma9")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_export_loads_in_transformers_and_back(case, tmp_path):
+    """save_pretrained writes a folder transformers reads with the same logits, and r1 reads it back exactly."""
+    arch, kw = CASES[case]
+    _, ours = twin(arch, **kw)
+    ours.save_pretrained(tmp_path / "hf")
+    back = Transformer.from_pretrained(tmp_path / "hf").eval()
+    assert back.cfg == ours.cfg
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf"), attn_implementation="eager",
+                                                               pad_token_id=None).float().eval()
+    ids = torch.randint(0, 256, (1, 40), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        assert torch.equal(back(ids), ours(ids))
+        assert (theirs(ids).logits - ours(ids)).abs().max() < 1e-4
