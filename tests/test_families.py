@@ -127,6 +127,13 @@ def test_refusals_are_one_line_errors():
     with pytest.raises(ValueError, match="mistral: sliding_window 4096 < max_position_embeddings 8192"):
         ModelConfig.from_hf({**base, "sliding_window": 4096})
     assert ModelConfig.from_hf({**base, "sliding_window": 8192}).arch == "mistral"  # as long as the context: full
+    without = {k: v for k, v in base.items() if k != "sliding_window"}  # transformers then uses 4096
+    with pytest.raises(ValueError, match="mistral: sliding_window 4096 < max_position_embeddings 8192"):
+        ModelConfig.from_hf(without)
+    qwen2 = tiny_config("qwen2").to_hf()
+    assert ModelConfig.from_hf({**qwen2, "sliding_window": 4096}).arch == "qwen2"  # use_sliding_window is off
+    with pytest.raises(ValueError, match="qwen2: sliding_window 4096 < max_position_embeddings 8192"):
+        ModelConfig.from_hf({**qwen2, "sliding_window": 4096, "use_sliding_window": True})
     with pytest.raises(ValueError, match="unsupported rope scaling .*yarn"):
         ModelConfig.from_hf({**base, "rope_parameters": {"rope_type": "yarn", "factor": 4.0}})
     with pytest.raises(ValueError, match="rope scaling llama3 needs a number for low_freq_factor"):

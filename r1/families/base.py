@@ -39,7 +39,7 @@ def full_attention(hf: dict) -> dict:
     """Refuse a sliding window that binds: windowed attention is not in r1's kernels, and ignoring it would
     change the model's math past the window. A window of at least max_position_embeddings is full attention."""
     window, longest = hf.get("sliding_window"), hf.get("max_position_embeddings", 8192)
-    if hf.get("use_sliding_window", True) and window is not None and window < longest:
+    if hf.get("use_sliding_window", True) and window is not None and window < longest:  # no switch: the window is on
         raise ValueError(f"{hf.get('model_type')}: sliding_window {window} < max_position_embeddings {longest}: "
                          f"sliding-window attention is not implemented for this family (set sliding_window null)")
     return {}

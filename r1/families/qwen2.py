@@ -7,7 +7,7 @@ from r1.families.base import GGUF_BLOCK_NAMES, Family, full_attention
 
 FAMILY = Family(
     name="qwen2", architecture="Qwen2ForCausalLM",
-    switches=lambda hf: {**full_attention(hf), "qkv_bias": True},
+    switches=lambda hf: {**full_attention({"use_sliding_window": False, **hf}), "qkv_bias": True},
     tiny=lambda layers: {"qkv_bias": True},
     gguf_names=GGUF_BLOCK_NAMES,
 )

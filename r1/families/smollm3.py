@@ -8,7 +8,7 @@ from r1.families.base import Family, full_attention
 
 
 def switches(hf: dict) -> dict:
-    full_attention(hf)
+    full_attention({"use_sliding_window": False, **hf})  # transformers' default: off
     layers, every = hf["num_hidden_layers"], hf.get("no_rope_layer_interval", 4)
     rope = hf.get("no_rope_layers") or [int((i + 1) % every != 0) for i in range(layers)]
     if len(rope) != layers or any(r not in (0, 1) for r in rope):
