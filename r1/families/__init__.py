@@ -30,10 +30,6 @@ def get(name, where: str = "") -> Family:
     return FAMILIES[name]
 
 
-def names() -> list[str]:
-    return list(FAMILIES)
-
-
 from r1.families import llama, mistral, qwen2, qwen3, smollm3  # noqa: E402  (each defines FAMILY)
 
 register(llama.FAMILY)

@@ -8,6 +8,7 @@ from r1.families.base import GGUF_BLOCK_NAMES, Family
 FAMILY = Family(
     name="qwen3", architecture="Qwen3ForCausalLM",
     switches=lambda hf: {"qk_norm": True, "qkv_bias": bool(hf.get("attention_bias", False))},
+    hf_keys=lambda cfg: {"attention_bias": cfg.qkv_bias},
     tiny=lambda layers: {"qk_norm": True},
     gguf_names=GGUF_BLOCK_NAMES,
 )
