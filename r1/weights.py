@@ -477,7 +477,9 @@ def _gguf_to_hf_name(gguf_name: str, path: Path, block_names: dict) -> str:
         return f"model.layers.{parts[1]}.{block_names[parts[2]]}.{parts[3]}"
     if len(parts) == 2 and parts[0] in GGUF_GLOBAL_NAMES:
         return f"{GGUF_GLOBAL_NAMES[parts[0]]}.{parts[1]}"
-    # e.g. `rope_freqs` (llama3 rope scaling) would change the model's math: refuse, don't skip.
+    if parts[0] == "rope_freqs":  # skipping it would change the model's math past the original context
+        raise ValueError(f"GGUF file {path} holds {gguf_name} (Llama 3's rope scaling), which r1's GGUF reader "
+                         f"does not read; load the model's HF folder instead (its rope_scaling is read)")
     raise ValueError(f"unexpected GGUF tensor '{gguf_name}' in {path}")
 
 
