@@ -57,7 +57,9 @@ class Model:
     tokenizer: str | None = None
     """Tokenizer source (HF directory, .gguf, short name); defaults to model.path."""
     arch: str = "llama"
-    """For model.path=tiny: llama, qwen2 or qwen3."""
+    """For model.path=tiny: a model family of r1/families (llama, qwen2, qwen3, mistral, smollm3)."""
+    thinking: bool | None = None
+    """Qwen3's chat-template switch enable_thinking: null = the template's default; false = no reasoning block."""
     tiny_layers: int = 2
     """For model.path=tiny: number of layers."""
     tiny_hidden: int = 64
@@ -131,6 +133,8 @@ class Env:
     `env.rewards.format=0.05`. Shaping terms can be gamed: docs/tasks.md. Empty = none."""
     tools: list[str] | None = None
     """Tools the env offers: registered names or package.module:attr; null = the task's own tools."""
+    tool_format: str = "auto"
+    """How the model writes tool calls (r1/tool_formats.py): auto = from its chat template; hermes, llama3, mistral."""
 
 
 @dataclass
@@ -394,7 +398,8 @@ class Config:
 
 CHOICES = {
     "run.device": ["auto", "cpu", "cuda"], "rollout.dtype": ["auto", "float32", "bfloat16"],
-    "model.arch": ["llama", "qwen2", "qwen3"], "model.lora_generator": ["merged", "adapters"],
+    "model.arch": ["llama", "qwen2", "qwen3", "mistral", "smollm3"],
+    "env.tool_format": ["auto", "hermes", "llama3", "mistral"], "model.lora_generator": ["merged", "adapters"],
     "env.context_policy": CONTEXT_POLICIES,
     # the algorithm tables themselves (live: an entry added to a table is a valid choice)
     "algo.advantage": ESTIMATORS, "algo.policy_loss": POLICY_LOSSES, "algo.normalize_reward": REWARD_NORM_MODES,

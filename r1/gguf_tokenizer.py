@@ -1,19 +1,15 @@
 """GGUF tokenizers: transformers' conversion, its special tokens fixed, cached on disk.
 
-transformers builds a tokenizer from a GGUF by reading the whole file twice and converting the
-vocabulary: about 20 s of a laptop core for SmolLM2, paid by every command that loads it (train.py and
-its rollout process, eval.py, the trajectory viewer, the tests' subprocesses). The converted tokenizer
-is saved once under the cache (`cache_root`: R1_CACHE, else ~/.cache/r1) and read back in under a
-second. An entry is keyed by the hash of the file's metadata bytes (where the vocabulary, merges,
-special ids and template live), the cache format and transformers' version, so a changed file or
-another converter never meets an old entry. It is written to a temporary folder with a manifest of its
-files' hashes, read back and compared with the conversion (the whole tokenizer spec, added and special
-tokens, template, a probe's ids both ways), then renamed into place: a half-written or inexact entry is
-never read, and one changed after it was written fails its manifest and is rebuilt. Nothing here may
-change an id: tests/test_gguf_tokenizer.py holds the cached tokenizer to the conversion.
-
-transformers 5.x sets a GGUF tokenizer's `eos_token` to the BOS token (`integrations/ggml.py`, GPT2
-converter), so bos/eos/pad are reset from the GGUF metadata r1/weights.py already read (`_fix_gguf_special_tokens`).
+Converting a GGUF's vocabulary costs about 20 s of a laptop core for SmolLM2, paid by every command that
+loads it; the converted tokenizer is saved once under the cache (`cache_root`: R1_CACHE, else
+~/.cache/r1) and read back in under a second. An entry is keyed by the hash of the file's metadata
+bytes, the cache format and transformers' version, so a changed file or another converter never meets
+an old entry. It is written to a temporary folder with a manifest of its files' hashes, read back and
+compared with the conversion (tokenizer spec, added and special tokens, template, a probe's ids both
+ways), then renamed into place: a half-written or inexact entry is never read, one changed later fails
+its manifest and is rebuilt. Nothing here may change an id (tests/test_gguf_tokenizer.py).
+transformers 5.x sets a GGUF tokenizer's `eos_token` to the BOS token (`integrations/ggml.py`), so
+bos/eos/pad are reset from the GGUF metadata r1/weights.py read (`_fix_gguf_special_tokens`).
 """
 
 from __future__ import annotations

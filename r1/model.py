@@ -1,19 +1,17 @@
-"""The Transformer: Llama (SmolLM2), Qwen2/2.5 (qkv bias) and Qwen3 (q/k RMSNorm).
+"""The Transformer every model family runs: Llama-shaped blocks with the switches of r1/families.
 
-One file, one config dataclass, every op of a layer on one screen. The core
-forward is packed: token ids [N] with position ids [N] and `cu_seqlens`
-(no padding, no attention mask). The same forward serves
-
-- training and scoring (packed steps, `kernels.attention.varlen_attention`),
-- the generator (prefill, chunked continuation and decode write their keys
-  into a `KVCache` and attend through `kernels.attention.cache_attention`),
-
-so sampler and trainer run the same ops and their logprobs agree by
-construction. `model(input_ids)` with a [B, T] tensor is the convenience
-form returning [B, T, vocab] logits. Parameter names are Hugging Face's, so
-checkpoints load without a name map. With `value_head=True` the LM head is
-replaced by a scalar head (the critic).
+One file, one config dataclass, every op of a layer on one screen. The core forward is packed:
+token ids [N] with position ids [N] and `cu_seqlens` (no padding, no attention mask). The same
+forward serves training and scoring (packed steps, `kernels.attention.varlen_attention`) and the
+generator (prefill, chunked continuation and decode write their keys into a `KVCache` and attend
+through `kernels.attention.cache_attention`), so sampler and trainer run the same ops and their
+logprobs agree by construction. `model(input_ids)` with a [B, T] tensor is the convenience form
+returning [B, T, vocab] logits. Parameter names are Hugging Face's, so checkpoints load without a
+name map. What differs between families (q/k/v biases, q/k norms, Llama 3's rope scaling, layers
+without RoPE) is a ModelConfig field that r1/families sets from the HF config. With
+`value_head=True` the LM head is replaced by a scalar head (the critic).
 """
+import math
 from dataclasses import asdict, dataclass, replace
 from types import SimpleNamespace
 
@@ -24,13 +22,12 @@ import torch.nn.functional as F
 from kernels.attention import block_map, cache_attention, varlen_attention
 from kernels.logprob import logprob_entropy
 from r1.environment import moved_switch
-
-ARCHS = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+from r1 import families
 
 
 @dataclass
 class ModelConfig:
-    arch: str = "llama"  # llama | qwen2 | qwen3
+    arch: str = "llama"  # a registered family (r1/families): llama, qwen2, qwen3, mistral, smollm3
     vocab_size: int = 49152
     hidden_size: int = 576
     intermediate_size: int = 1536
@@ -46,32 +43,31 @@ class ModelConfig:
     max_position_embeddings: int = 8192
     bos_token_id: int | None = None
     eos_token_id: int | list | None = None
+    rope_llama3: tuple | None = None  # Llama 3.x: (factor, low_freq_factor, high_freq_factor, original context)
+    rope_layers: tuple | None = None  # per layer, 1 = RoPE, 0 = none (SmolLM3's NoPE layers); None: all RoPE
 
     @classmethod
     def from_hf(cls, hf: dict) -> "ModelConfig":
-        arch = hf.get("model_type")
-        if arch not in ARCHS:
-            raise ValueError(f"unsupported architecture {arch!r}; supported: {', '.join(ARCHS)}")
+        family = families.get(hf.get("model_type"))
         scaling = hf.get("rope_scaling") or (hf.get("rope_parameters") or {})
-        if scaling.get("rope_type", scaling.get("type", "default")) not in ("default", None):
-            raise ValueError(f"unsupported rope scaling {scaling!r} (only plain RoPE is implemented)")
         theta = hf.get("rope_theta", scaling.get("rope_theta", 10000.0))
         return cls(
-            arch=arch, vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"],
+            arch=family.name, vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"],
             intermediate_size=hf["intermediate_size"], num_layers=hf["num_hidden_layers"],
             num_heads=hf["num_attention_heads"],
             num_kv_heads=hf.get("num_key_value_heads") or hf["num_attention_heads"],
             head_dim=hf.get("head_dim") or hf["hidden_size"] // hf["num_attention_heads"],
             rope_theta=float(theta), rms_eps=hf.get("rms_norm_eps", 1e-6),
             tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
-            qkv_bias=arch == "qwen2" or bool(hf.get("attention_bias", False)),
-            qk_norm=arch == "qwen3", max_position_embeddings=hf.get("max_position_embeddings", 8192),
+            max_position_embeddings=hf.get("max_position_embeddings", 8192),
             bos_token_id=hf.get("bos_token_id"), eos_token_id=hf.get("eos_token_id"),
+            rope_llama3=rope_llama3(scaling, hf), **family.switches(hf),
         )
 
     def to_hf(self, dtype: torch.dtype = torch.float32) -> dict:
+        family = families.get(self.arch)
         hf = {
-            "architectures": [ARCHS[self.arch]], "model_type": self.arch,
+            "architectures": [family.architecture], "model_type": self.arch,
             "vocab_size": self.vocab_size, "hidden_size": self.hidden_size,
             "intermediate_size": self.intermediate_size, "num_hidden_layers": self.num_layers,
             "num_attention_heads": self.num_heads, "num_key_value_heads": self.num_kv_heads,
@@ -81,20 +77,37 @@ class ModelConfig:
             "torch_dtype": str(dtype).removeprefix("torch."), "dtype": str(dtype).removeprefix("torch."),
             "bos_token_id": self.bos_token_id, "eos_token_id": self.eos_token_id,
         }
-        if self.arch == "llama":
-            hf["attention_bias"] = self.qkv_bias
-            hf["mlp_bias"] = False
-        return hf
+        if self.rope_llama3 is not None:
+            factor, low, high, original = self.rope_llama3
+            hf["rope_parameters"] = {"rope_type": "llama3", "rope_theta": self.rope_theta, "factor": factor,
+                                     "low_freq_factor": low, "high_freq_factor": high,
+                                     "original_max_position_embeddings": original}
+        return {**hf, **family.hf_keys(self)}
 
     def replace(self, **kw) -> "ModelConfig":
         return ModelConfig(**{**asdict(self), **kw})
 
 
+def rope_llama3(scaling: dict, hf: dict) -> tuple | None:
+    """An HF config's rope scaling -> ModelConfig.rope_llama3 (None: plain RoPE); other kinds are refused."""
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind in ("default", None):
+        return None
+    if kind != "llama3":
+        raise ValueError(f"unsupported rope scaling {scaling!r} (plain RoPE and rope_type llama3 are implemented)")
+    keys = ("factor", "low_freq_factor", "high_freq_factor")
+    missing = [k for k in keys if not isinstance(scaling.get(k), (int, float))]
+    if missing:
+        raise ValueError(f"rope scaling llama3 needs a number for {', '.join(missing)}, got {scaling!r:.120}")
+    original = scaling.get("original_max_position_embeddings", hf.get("max_position_embeddings", 8192))
+    return (*(float(scaling[k]) for k in keys), int(original))
+
+
 def tiny_config(arch: str = "llama", tie: bool = True, vocab_size: int = 256, **kw) -> ModelConfig:
-    """A few-layer random model for CPU tests and the smoke config."""
+    """A few-layer random model of a family (r1/families) for CPU tests and the smoke config."""
     base = dict(arch=arch, vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_layers=2,
-                num_heads=4, num_kv_heads=2, head_dim=16, tie_embeddings=tie,
-                qkv_bias=arch == "qwen2", qk_norm=arch == "qwen3", rms_eps=1e-6, rope_theta=10000.0)
+                num_heads=4, num_kv_heads=2, head_dim=16, tie_embeddings=tie, rms_eps=1e-6, rope_theta=10000.0)
+    base.update(families.get(arch).tiny(kw.get("num_layers", base["num_layers"])))
     base.update(kw)
     return ModelConfig(**base)
 
@@ -119,12 +132,25 @@ def rms_norm(x, weight, eps: float):
     return weight * x.to(dtype)
 
 
-def rope_cos_sin(position_ids, head_dim: int, theta: float, dtype):
+def rope_cos_sin(position_ids, head_dim: int, theta: float, dtype, llama3: tuple | None = None):
     """position_ids [N] -> cos, sin [N, head_dim] (HF layout: halves duplicated), fp32 math."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64, device=position_ids.device).float() / head_dim))
+    if llama3 is not None:
+        inv_freq = llama3_inv_freq(inv_freq, *llama3)
     freqs = position_ids.float()[:, None] * inv_freq[None, :]
     emb = torch.cat([freqs, freqs], dim=-1)
     return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def llama3_inv_freq(inv_freq, factor: float, low: float, high: float, original: int):
+    """Llama 3.1's rope scaling, as transformers computes it: frequencies whose wavelength exceeds
+    original / low are divided by `factor`, those under original / high kept, the band between blended."""
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > original / low, inv_freq / factor, inv_freq)
+    smooth = (original / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < original / high) * ~(wavelen > original / low)
+    return torch.where(medium, smoothed, scaled)
 
 
 def apply_rope(x, cos, sin):
@@ -520,7 +546,10 @@ class Transformer(nn.Module):
         kv_rows: the rows each sequence attends to when they are not its own alone (a shared prompt):
         kernels.attention.varlen_attention's `kv`."""
         x = self.model.embed_tokens(input_ids)
-        cos, sin = rope_cos_sin(position_ids, self.cfg.head_dim, self.cfg.rope_theta, x.dtype)
+        cos, sin = rope_cos_sin(position_ids, self.cfg.head_dim, self.cfg.rope_theta, x.dtype, self.cfg.rope_llama3)
+        rope = self.cfg.rope_layers
+        if rope is not None and not all(rope):  # a NoPE layer rotates by angle 0: x * 1 + rotated * 0 is x exactly
+            nope = (torch.ones_like(cos), torch.zeros_like(sin))
         if step is not None and step.token_slots is None:  # every layer writes its keys to the same slots
             step = replace(step, token_slots=step.rows[step.token_rows])
         if step is not None and step.by_row and step.blocks is None and step.cu_q.is_cuda:  # one map, every layer
@@ -528,7 +557,8 @@ class Transformer(nn.Module):
         packed = (cu_seqlens, max_seqlen, kv_rows)
         for i, layer in enumerate(self.model.layers):
             kv = None if cache is None else (cache.k[i], cache.v[i])
-            x = layer(x, cos, sin, packed, kv, step, position_ids)
+            c, s = (cos, sin) if rope is None or rope[i] else nope
+            x = layer(x, c, s, packed, kv, step, position_ids)
         return self.model.norm(x)
 
     def head(self, h):

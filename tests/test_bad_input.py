@@ -30,8 +30,8 @@ def inputs(tmp_path_factory):
     root = tmp_path_factory.mktemp("bad_input")
     save_byte_tokenizer(root / "tok", CHATML)
     save_byte_tokenizer(root / "tok_no_template", None)
-    (root / "mistral").mkdir()
-    (root / "mistral" / "config.json").write_text(json.dumps({"model_type": "mistral", "hidden_size": 64}))
+    (root / "mamba").mkdir()
+    (root / "mamba" / "config.json").write_text(json.dumps({"model_type": "mamba", "hidden_size": 64}))
     good = json.dumps({"question": "Tom has 3 apples and buys 2. How many?", "answer": "3+2=<<3+2=5>>5\n#### 5"})
     (root / "gsm_missing").mkdir()
     (root / "gsm_missing" / "train.jsonl").write_text(good + "\n" + json.dumps({"question": "No answer?"}) + "\n")
@@ -71,8 +71,8 @@ CASES = {
                        ["'algo'", "{r}/scalar_section.yaml:1"]),
     "missing_model": (lambda r, run: train(f"model.path={r}/nope", f"model.tokenizer={r}/tok", f"run.dir={run}"),
                       ["{r}/nope"]),
-    "unknown_architecture": (lambda r, run: train(f"model.path={r}/mistral", f"model.tokenizer={r}/tok",
-                                                  f"run.dir={run}"), ["mistral", "{r}/mistral"]),
+    "unknown_architecture": (lambda r, run: train(f"model.path={r}/mamba", f"model.tokenizer={r}/tok",
+                                                  f"run.dir={run}"), ["mamba", "{r}/mamba"]),
     "gsm8k_missing_field": (lambda r, run: train("data.task=gsm8k", f"data.path={r}/gsm_missing",
                                                  f"model.tokenizer={r}/tok", f"run.dir={run}"),
                             ["{r}/gsm_missing/train.jsonl:2", "answer"]),

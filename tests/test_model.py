@@ -58,8 +58,8 @@ def test_value_head_shape():
 
 
 def test_unsupported_arch():
-    with pytest.raises(ValueError, match="unsupported architecture 'mistral'"):
-        ModelConfig.from_hf({"model_type": "mistral"})
+    with pytest.raises(ValueError, match="unsupported architecture 'mamba'; supported: llama, qwen2, qwen3, mistral"):
+        ModelConfig.from_hf({"model_type": "mamba"})
 
 
 def test_activation_checkpointing_keeps_values_and_gradients():

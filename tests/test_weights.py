@@ -113,7 +113,7 @@ def llama_cpp_permute(w, n_head, n_head_kv):
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def write_gguf(path, model, arch=None):
+def write_gguf(path, model, arch=None, extra=None):
     c = model.config
     arch = arch or c.model_type
     writer = gguf.GGUFWriter(str(path), arch)
@@ -146,6 +146,8 @@ def write_gguf(path, model, arch=None):
             if arch == "llama" and gname.split(".")[2] == "attn_k":
                 w = llama_cpp_permute(w, c.num_attention_heads, c.num_key_value_heads)
         writer.add_tensor(gname, np.ascontiguousarray(w))
+    for gname, w in (extra or {}).items():
+        writer.add_tensor(gname, w)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -198,9 +200,21 @@ def test_unsupported_architecture(tmp_path):
         load_checkpoint(tmp_path / "m.gguf")
     model.save_pretrained(tmp_path / "hf")
     cfg = json.loads((tmp_path / "hf" / "config.json").read_text())
-    (tmp_path / "hf" / "config.json").write_text(json.dumps({**cfg, "model_type": "mistral"}))
-    with pytest.raises(ValueError, match=r"unsupported architecture 'mistral' in .*config.json"):
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**cfg, "model_type": "mamba"}))
+    with pytest.raises(ValueError, match=r"unsupported architecture 'mamba' in .*config.json"):
         load_checkpoint(tmp_path / "hf")
+    write_gguf(tmp_path / "s.gguf", model, arch="smollm3")  # a family whose NoPE layers GGUF metadata would hide
+    with pytest.raises(ValueError, match=r"s.gguf: no GGUF reader for architecture 'smollm3' \(readable: llama"):
+        load_checkpoint(tmp_path / "s.gguf")
+
+
+def test_llama3_rope_freqs_in_gguf_is_refused_by_name(tmp_path):
+    """llama.cpp stores Llama 3's rope scaling as a rope_freqs tensor: dropping it would change the model's
+    math past the original context, so the reader refuses it and points to the HF folder."""
+    model = tiny_model("llama", True)
+    write_gguf(tmp_path / "m.gguf", model, extra={"rope_freqs.weight": np.ones(8, dtype=np.float32)})
+    with pytest.raises(ValueError, match=r"m.gguf holds rope_freqs.weight \(Llama 3's rope scaling\).*HF folder"):
+        load_checkpoint(tmp_path / "m.gguf")
 
 
 def test_check_state_dict():

@@ -1,31 +1,32 @@
 """ToolEnv: a task solved with tool calls over several MDP steps.
 
-The model writes Hermes/Qwen-style calls, `<tool_call>{"name": ..., "arguments":
-{...}}</tool_call>`, several per turn if it likes; each step runs them and
-returns their results as `tool` messages. A turn without a call is the final
-answer, scored by the task. A malformed call or reply becomes an error result
-the model can read, an optional penalty and an entry in the step's info; it
-never raises. Observation text never carries special-token text (a quoted
-`<|im_end|>` is defanged), and its size is bounded (`ToolEnv`). With
-`tools=()` and `max_steps=1` the same class is the single-step task.
+The model writes calls in its chat template's format (r1/tool_formats.py: Hermes
+`<tool_call>` JSON, Llama 3's JSON, Mistral's [TOOL_CALLS]; env.tool_format
+overrides), several per turn if it likes. Each step runs the calls and
+returns their results as `tool` messages (the chat template renders them in its
+tool-response form). A turn without any call is the final answer and is scored
+by the task. A malformed call (bad JSON, unknown tool, wrong argument types,
+unclosed tag, too many calls) or a malformed reply (empty, or holding a
+special token such as `<|im_start|>` before its end) becomes an error result
+the model can read, an optional penalty, and an entry in the step's info; it
+never raises. Observation text never carries special-token text: a tool
+result or an error that quotes the model is defanged (`< |im_end|>`), so an
+echoed name cannot forge a turn boundary when the template encodes it.
 
 Rewards: the task's score of the final answer (kept in info as `score`;
 `correct` = score > 0, so accuracy never counts a bonus) plus the rubric of
 r1/envs/rewards.py, each term off by default and paid at most once a step
 (docs/tasks.md says how each can be gamed).
 """
-import json
-
 from r1.envs.base import Action, Env, Observation
 from r1.envs.rewards import Rubric
 from r1.envs.tools import get_tool, validate_arguments
+from r1.tool_formats import MAX_CALL_CHARS, choose
+from r1.tool_formats import parse_hermes as parse_tool_calls  # noqa: F401  (the Hermes parser, by its old name)
 
-OPEN, CLOSE = "<tool_call>", "</tool_call>"
 ERROR_KINDS = ("empty_response", "special_token", "unclosed_tag", "bad_json", "bad_call", "unknown_tool",
                "bad_arguments", "too_many_calls", "tool_error")
 
-
-MAX_CALL_CHARS = 16_384  # one call's JSON; a calculator call is tens of characters
 MAX_ERROR_CHARS = 1_000  # one error observation; the longest written here is about 200
 RESULT_CHARS_PER_TOKEN = 16  # a tool result's cap is this times max_context characters (see above)
 
@@ -47,48 +48,6 @@ def cap_result(text: str, limit: int) -> str:
             f"context holds]\n{text[len(text) - tail:]}")
 
 
-def parse_tool_calls(text: str, max_calls: int = 8):
-    """Text -> (calls [(name, arguments)], errors [(kind, message)]). Never raises.
-
-    Linear in len(text): each tag is found once by str.find from where the last one ended, at most
-    max_calls bodies are parsed, and a body over MAX_CALL_CHARS is refused unparsed (json.loads is
-    linear, but a huge body is never a real call)."""
-    calls, errors, pos = [], [], 0
-    while True:
-        start = text.find(OPEN, pos)
-        if start < 0:
-            break
-        end = text.find(CLOSE, start + len(OPEN))
-        if end < 0:
-            errors.append(("unclosed_tag", f"{OPEN} without {CLOSE}"))
-            break
-        body = text[start + len(OPEN):end].strip()
-        pos = end + len(CLOSE)
-        if len(calls) + len(errors) >= max_calls:
-            errors.append(("too_many_calls", f"more than {max_calls} tool calls in one turn; the rest were ignored"))
-            break
-        if len(body) > MAX_CALL_CHARS:
-            errors.append(("bad_json", f"tool call is {len(body)} characters long; at most {MAX_CALL_CHARS}"))
-            continue
-        try:
-            call = json.loads(body)
-        except (ValueError, RecursionError) as e:  # ValueError also covers ints beyond Python's 4300-digit limit
-            errors.append(("bad_json", f"tool call is not valid JSON ({str(e)[:80]})"))
-            continue
-        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
-            errors.append(("bad_call", 'a tool call must be {"name": ..., "arguments": {...}}'))
-            continue
-        args = call.get("arguments", {})
-        if isinstance(args, str):  # some models emit arguments as a JSON string
-            try:
-                args = json.loads(args)
-            except (ValueError, RecursionError):
-                errors.append(("bad_json", f"arguments of {call['name'][:40]!r} are not valid JSON"))
-                continue
-        calls.append((call["name"], args))
-    return calls, errors
-
-
 class ToolEnv(Env):
     """Tool calls over several MDP steps (module docstring).
 
@@ -106,7 +65,8 @@ class ToolEnv(Env):
 
     def __init__(self, tokenizer, make_prompt, score, tools=("calculator",), max_steps: int = 4,
                  malformed_penalty: float = 0.0, max_calls: int = 8, format_reward: float = 0.0,
-                 tool_success_reward: float = 0.0, answer_format=None, rewards: dict | None = None, **context):
+                 tool_success_reward: float = 0.0, answer_format=None, rewards: dict | None = None,
+                 tool_format: str = "auto", **context):
         """The weights of the malformed, format and tool_success terms, summed first; `rewards` ({term:
         weight} of r1/envs/rewards.REWARDS, the config's env.rewards) sets them too and adds any other."""
         super().__init__(tokenizer, **context)
@@ -115,6 +75,7 @@ class ToolEnv(Env):
         self.tool_fns = {name: get_tool(name) for name in tools}
         self.tools = [t.schema for t in self.tool_fns.values()]
         self.max_steps, self.penalty, self.max_calls = max_steps, malformed_penalty, max_calls
+        self.format = choose(tokenizer, tool_format)
         self.rubric = Rubric({"malformed": malformed_penalty, "format": format_reward,
                               "tool_success": tool_success_reward, **(rewards or {})})
         self.specials = sorted(getattr(tokenizer, "special_tokens", ()), key=len, reverse=True)
@@ -126,7 +87,7 @@ class ToolEnv(Env):
 
     def step(self, action: Action):
         self.t += 1
-        calls, errors = parse_tool_calls(action.text, self.max_calls) if self.tools else ([], [])
+        calls, errors = self.format.parse(action.text, self.max_calls) if self.tools else ([], [])
         if self.tools:
             errors = self.reply_errors(action.text) + errors
         info = {"tool_calls": len(calls), "errors": [k for k, _ in errors], "final": False}
@@ -135,8 +96,8 @@ class ToolEnv(Env):
             info.update(final=True, score=score, correct=score > 0)
             return None, score + self.rubric(self, action, info), True, info
         results = []
-        for name, args in calls:
-            tool = self.tool_fns.get(name)
+        for call in calls:
+            (name, args), tool = call, self.tool_fns.get(call[0])
             if tool is None:
                 info["errors"].append("unknown_tool")
                 text = cap_error(f"error: unknown tool {name[:40]!r}; available: {', '.join(self.tool_fns)}")
@@ -148,10 +109,9 @@ class ToolEnv(Env):
                 if not out.ok:
                     info["errors"].append("tool_error")
                 text = cap_result(out.text, RESULT_CHARS_PER_TOKEN * self.max_context)
-            results.append({"role": "tool", "name": self.defang(name[:40]), "content": self.defang(text)})
+            results.append(self.format.result(call, self.defang(name[:40]), self.defang(text)))
         for kind, message in errors:
-            results.append({"role": "tool", "name": "error",
-                            "content": self.defang(cap_error(f"error ({kind}): {message}"))})
+            results.append(self.format.result(None, "error", self.defang(cap_error(f"error ({kind}): {message}"))))
         reward = self.rubric(self, action, info)
         if self.t >= self.max_steps:
             info["reason"] = "max_steps"
@@ -166,7 +126,7 @@ class ToolEnv(Env):
         body = body[: len(body) - len(end)]
         if not body.strip():
             return [("empty_response", "the reply is empty; call a tool or write the final answer")]
-        found = next((s for s in self.specials if s in body), None)
+        found = next((s for s in self.specials if s in body and s not in self.format.markers), None)
         if found is not None:
             return [("special_token", f"the reply contains the special token {found!r} before its end; "
                                       "special tokens only end a turn")]
@@ -183,5 +143,5 @@ def tool_env(cfg, tokenizer, tools, make_prompt, score, answer_format=None) -> T
     """A ToolEnv with the config's env.* and rollout.* settings: the env factory of most tasks."""
     e = cfg.env
     return ToolEnv(tokenizer, make_prompt, score, tools=tuple(tools), max_steps=e.max_steps if tools else 1,
-                   answer_format=answer_format, rewards=e.rewards,
+                   answer_format=answer_format, rewards=e.rewards, tool_format=e.tool_format,
                    max_context=e.max_context, max_new_tokens=cfg.rollout.max_new_tokens, policy=e.context_policy)

@@ -459,7 +459,8 @@ def cli_env(cfg, tokenizer, tools) -> CliEnv:
     """The env factory of the cli task: ToolEnv's config keys (env.*, rollout.max_new_tokens)."""
     e = cfg.env
     return CliEnv(tokenizer, tools=tuple(tools), max_steps=e.max_steps, rewards=e.rewards, max_context=e.max_context,
-                  max_new_tokens=cfg.rollout.max_new_tokens, policy=e.context_policy)
+                  max_new_tokens=cfg.rollout.max_new_tokens, policy=e.context_policy,
+                  tool_format=e.tool_format)
 
 
 # ================================================================ the expert
