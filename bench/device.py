@@ -10,8 +10,8 @@ runs in the background and calls that follow it back to back wait on it and copy
 (bench/wait.py). Every phase is marked done when it succeeds and skipped when the job is started again on the
 same folder (bench/phases.py). Every JSON a job writes carries device, torch, commit and date (bench/phases.py
 stamp; --commit names the commit where the machine has no .git). --dry-run prints each phase's command and runs
-nothing. JOBS registers them: recipe, speedrun and ablate here, the others in bench/device_jobs.py (iteration, lora,
-scale), bench/device_engine.py (rollout, agent, fa4, compile), bench/device_learn.py (learn, cli, peers).
+nothing. JOBS registers them: recipe, speedrun and ablate here, the others in bench/device_jobs.py (iteration,
+lora, scale), bench/device_engine.py (rollout, agent, fa4, compile), bench/device_learn.py (learn, cli, peers).
 """
 import argparse
 import json
@@ -25,7 +25,7 @@ from phases import ROOT, Job, last_json, python, stamp  # noqa: E402
 
 JOBS = {}  # name -> (function(args, Job) -> exit status, help line); the function's options() adds its flags
 RECIPE = "configs/gsm8k_tool.yaml"
-FIRST = (RECIPE, "configs/ablations/first_recipe.yaml")  # the first recipe: the base the speed and learning jobs measure
+FIRST = (RECIPE, "configs/ablations/first_recipe.yaml")  # the base the speed and learning jobs measure
 SPEEDRUN = "configs/ablations/speedrun.yaml"
 
 

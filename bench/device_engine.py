@@ -4,9 +4,9 @@ rollout: the GPU tests of the generator and kernels, then bench/rollout.py (3B s
 (default with the HF peer, kernels.fuse=false, kernels.compile=false, both) and the decode profile.
 agent: the agent-loop benchmark (bench/agent_rollout.py --gap) of each shape on each path (default, nochunk,
 eager) and chunk schedules, a shape a GPU. fa4: FlashAttention-4 against kernels.fa4=false in every pair
-(bench/stage_fa4.sh installs it first). Bench scripts get kernels by flags (--kernels KEY=VALUE,
-bench/kernels_flag.py), train.py by kernels.KEY=VALUE overrides. compile: does the fast path learn as the eager one does, GRPO from one SFT on two GPUs.
-Each measurement's JSON goes to RESULTS_DIR.
+(bench/stage_fa4.sh installs it first). compile: does the fast path learn as the eager one does, GRPO from
+one SFT on two GPUs. Each measurement's JSON goes to RESULTS_DIR. Paths are set by flags of the bench scripts
+(--kernels KEY=VALUE: bench/kernels_flag.py) and by kernels.KEY=VALUE overrides of train.py.
 """
 import os
 

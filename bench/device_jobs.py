@@ -1,8 +1,8 @@
 """The speed jobs of bench/device.py: iteration time (and its precision / share-prefix sets), LoRA, scaling.
 
-iteration: train.py runs of the first recipe (configs/gsm8k_tool.yaml + configs/ablations/first_recipe.yaml:
-synchronous, PPO, fp32 autocast, the base every lane switches from), STEPS iterations each, one after another with the GPU to
-themselves, a lane a set of overrides (LANES), then bench/iteration_result.py's medians in RES/iteration.json.
+iteration: train.py runs of the first recipe (configs/gsm8k_tool.yaml + ablations/first_recipe.yaml: synchronous,
+PPO, fp32 autocast: the base every lane switches from), STEPS iterations each, one after another with the GPU
+to themselves, a lane a set of overrides (LANES), then bench/iteration_result.py's medians in RES/iteration.json.
 --shape 3b runs them on a random model of that shape (bench/random_model.py), --sft-steps first trains the SFT
 policy they start from. precision and share-prefix are iteration sets with their GPU tests (and benchmarks)
 first. lora times full fine-tuning against adapters at Qwen2.5 shapes (bench/lora.py); lora-pair is the ablate
