@@ -121,6 +121,8 @@ def main():
     kernels_flag.add(p)
     a = p.parse_args()
     k = kernels_flag.use(a.kernels)
+    if k.fuse_train:  # the first timing is always the unfused one; --fuse-train adds the fused one, same run
+        p.error("--kernels fuse_train=true: give --fuse-train (both timings in one run)")
     import transformers
 
     dev = torch.device("cuda")
