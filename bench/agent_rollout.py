@@ -42,6 +42,7 @@ response token, the sampler-trainer gap each RL iteration logs.
 
     python bench/agent_rollout.py --model 135m [--episodes 512] [--slots 512] [--save [PATH]] [--profile]
     python bench/agent_rollout.py --model 3b --eager-paths   # kernels.compile=false, fuse=false, chunk_graphs=false
+    python bench/agent_rollout.py --model 3b --kernels fa4_cache=true   # any key of config section kernels
 Without CUDA it runs a tiny random model on the CPU through the same code (a
 check: tests/test_agent_rollout_bench.py). --tokenizer takes an HF tokenizer
 folder, for a machine without the GGUF (write one with
@@ -66,6 +67,7 @@ import r1.generate  # noqa: E402
 import r1.rollout  # noqa: E402
 from r1.envs.base import Action  # noqa: E402
 from r1.envs.tool_env import ToolEnv  # noqa: E402
+from bench import kernels_flag  # noqa: E402
 from bench.rollout import SHAPES  # noqa: E402  (the model shapes every benchmark uses)
 from r1.generate import Generator, Sampling  # noqa: E402
 from r1.model import Transformer, paths_in_use, tiny_config, use_ops  # noqa: E402
@@ -314,7 +316,7 @@ def tail_seconds(log, end, slots):
     return sum(times[i + 1] - times[i] for i, (_, busy) in enumerate(log) if busy < slots / 4)
 
 
-EAGER: dict = {}  # --eager-paths: the Generator's fuse and chunk_graphs off
+EAGER: dict = {}  # --kernels, --eager-paths, --no-chunk-graphs: the Generator's own switches (fuse, chunk_graphs, sample)
 
 
 def agent(model, tok, episodes, slots, cache_len, sync, temperature, profile=False, gap=False, workers=None,
@@ -467,8 +469,14 @@ def main(argv=None):
                    help="eager elementwise ops, unfused projections, no chunk graphs (kernels.compile=false, "
                         "kernels.fuse=false, kernels.chunk_graphs=false)")
     p.add_argument("--no-chunk-graphs", action="store_true", help="prefill chunks eager (kernels.chunk_graphs=false)")
+    kernels_flag.add(p)
     a = p.parse_args(argv)
     EAGER.clear()
+    k = kernels_flag.use(a.kernels)  # launch_ahead and mixed_steps as --no-overlap and --no-mix
+    gen_kw = kernels_flag.generator(k)
+    EAGER.update({key: gen_kw[key] for key in ("fuse", "chunk_graphs", "triton_sample")})
+    a.no_overlap = a.no_overlap or not k.launch_ahead
+    a.no_mix = a.no_mix or not k.mixed_steps
     if a.eager_paths:
         use_ops("false")
         EAGER.update(fuse=False, chunk_graphs=False)
@@ -518,7 +526,7 @@ def main(argv=None):
             o["ratio"] = round(o["agent_tok_s"] / r["single_turn_tok_s"], 3)
             o["ratio_same_lengths"] = round(o["agent_tok_s"] / r["same_lengths_tok_s"], 3)
     r.update(device=torch.cuda.get_device_name() if cuda else "cpu", torch=torch.__version__,
-             workers=a.workers, chunks="default",
+             workers=a.workers, chunks="default", kernels=kernels_flag.words(k),
              **paths_in_use(cuda), chunk_graphs=EAGER.get("chunk_graphs", True),
              date=datetime.date.today().isoformat())
     profile = r.pop("profile", None)

@@ -12,7 +12,7 @@ kernels.attention.varlen_attention as the model calls it:
   torch_flash  torch's varlen_attn, K/V repeated for GQA on torch 2.11: the baseline (today's path)
   flash_attn   FlashAttention-2, where installed
   sdpa         per-sequence F.scaled_dot_product_attention(is_causal=True, enable_gqa=True), a loop
-Reads of the KV cache, fa4 through a page table (R1_FA4_CACHE=1's path) against today's Triton kernels, both
+Reads of the KV cache, fa4 through a page table (kernels.fa4_cache=true) against today's Triton kernels, both
 inside a CUDA graph as the generator runs them (bench/decode_attention.py's timing; eager if fa4 cannot be
 captured): a decode step (one query per row, 256 rows, kv_len uniform in 350..450, slots of 2,048) against
 triton_decode, and an appended chunk (64 rows of 16..128 new tokens after prefixes of 300..600) against
@@ -221,7 +221,7 @@ def last_json(path, name):
 def collect(d):
     """The objects of the fa4 job's runs in d (bench/device.py fa4): kernels.json, then each pair of logs (with fa4, without)."""
     rows = json.load(open(os.path.join(d, "kernels.json"))) if os.path.exists(os.path.join(d, "kernels.json")) else []
-    base_label = "torch_flash+triton (R1_FA4=0: today's path)"
+    base_label = "torch_flash+triton (kernels.fa4=false: today's path)"
 
     def pair(what, backend, new, old, key, **extra):
         if new is None or old is None or new.get(key) is None or old.get(key) is None:
@@ -234,12 +234,12 @@ def collect(d):
     new = last_json(os.path.join(d, "train-fa4.log"), "train_step")
     if new and old:
         pair(f"PPO train step, {new.get('model')} (bench/train_step.py: {new.get('sequences')} sequences, "
-             f"{new.get('useful_tokens')} tokens, AdamW)", "fa4 (R1_ATTN=fa4)", new, old, "ours_s",
+             f"{new.get('useful_tokens')} tokens, AdamW)", "fa4 (kernels.attention=fa4)", new, old, "ours_s",
              tok_s=new.get("ours_tok_s"), baseline_tok_s=old.get("ours_tok_s"), peak_gb=new.get("ours_peak_gb"),
              baseline_peak_gb=old.get("ours_peak_gb"))
     old = last_json(os.path.join(d, "agent-base.log"), "agent_rollout")
     for tag, backend in (("fa4", "fa4 (first prompts; cache reads on Triton)"),
-                         ("fa4cache", "fa4 (first prompts and cache reads: R1_FA4_CACHE=1)")):
+                         ("fa4cache", "fa4 (first prompts and cache reads: kernels.fa4_cache=true)")):
         new = last_json(os.path.join(d, f"agent-{tag}.log"), "agent_rollout")
         if new and old:
             gap = {k: new.get(k) for k in ("logprob_gap_mean", "logprob_gap_max")}

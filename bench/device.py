@@ -3,14 +3,15 @@
     python3 bench/device.py JOB RESULTS_DIR [options]        (from the repository root; --help lists the jobs)
     setsid nohup python3 bench/device.py recipe /root/res --model /root/stage/smollm2.gguf > /root/res.out 2>&1 &
     python3 bench/device.py wait /root/res --out $OUT --limit 540    (each later call, until it exits 0, 1 or 3)
+    python3 bench/device.py speedrun /root/res --model /root/stage/smollm2.gguf --commit HASH   (RES/speedrun.json)
 
 A device call lasts 10 minutes at most and the machine goes back 30 s after it, so a job longer than a call
 runs in the background and calls that follow it back to back wait on it and copy its results to $OUT
 (bench/wait.py). Every phase is marked done when it succeeds and skipped when the job is started again on the
 same folder (bench/phases.py). Every JSON a job writes carries device, torch, commit and date (bench/phases.py
 stamp; --commit names the commit where the machine has no .git). --dry-run prints each phase's command and runs
-nothing. JOBS registers them: recipe and ablate here, the others in bench/device_jobs.py (iteration, lora,
-scale), bench/device_engine.py (rollout, agent, fa4, compile), bench/device_learn.py (learn, cli, peers).
+nothing. JOBS registers them: recipe, speedrun and ablate here, the others in bench/device_jobs.py (iteration,
+lora, scale), bench/device_engine.py (rollout, agent, fa4, compile), bench/device_learn.py (learn, cli, peers).
 """
 import argparse
 import json
@@ -23,7 +24,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from phases import ROOT, Job, last_json, python, stamp  # noqa: E402
 
 JOBS = {}  # name -> (function(args, Job) -> exit status, help line); the function's options() adds its flags
-RECIPE = "configs/gsm8k_tool_30min.yaml"
+RECIPE = "configs/gsm8k_tool.yaml"
+FIRST = (RECIPE, "configs/ablations/first_recipe.yaml")  # the base the speed and learning jobs measure
+SPEEDRUN = "configs/ablations/speedrun.yaml"
 
 
 def job(name: str, help_line: str):
@@ -76,15 +79,17 @@ def read(j: Job, name: str, cfg: list, model: str, split: str, more=(), gpu=None
 # ---------------------------------------------------------------- recipe
 
 
-@job("recipe", "one train.py command (SFT, RL, in-run reads, exports) timed whole, then its test reads; "
-               "the speedrun result in RESULTS_DIR/speedrun.json")
+@job("recipe", f"one train.py command (SFT, RL, in-run reads, exports) timed whole, then its test reads "
+               f"(default {RECIPE}; --base-abl synchronous: the synchronous 30-minute recipe); the result in "
+               f"RESULTS_DIR/speedrun.json (bench/speedrun.py)")
 def recipe(a, j: Job) -> int:
-    cfg = configs(a.config, *[ablation(n) for n in a.base_abl])
+    files = [a.config, *[ablation(n) for n in a.base_abl]]
+    cfg = configs(*files)
     run = j.path("recipe")
-    label = " + ".join([a.config] + [ablation(n) for n in a.base_abl])
+    label = " + ".join(files)
     info = stamp(a.commit)
     if not j.done("recipe") and not j.dry:
-        write_json(j.path("job.json"), {"job": "recipe", "config": label, "model": a.model, **info})
+        write_json(j.path("job.json"), {"job": a.job, "config": label, "model": a.model, **info})
     t0 = time.time()
     was_done = j.done("recipe")
     if not j.phase("recipe", [python(), "train.py", *cfg, f"model.path={a.model}", f"run.dir={run}",
@@ -120,6 +125,20 @@ def recipe_check(a):
 
 
 recipe.options, recipe.check = recipe_options, recipe_check
+
+
+@job("speedrun", f"the recipe job with {SPEEDRUN} layered on {RECIPE} (after any --base-abl): SFT and PPO in "
+                 f"one command timed whole, its test reads, RESULTS_DIR/speedrun.json (bench/speedrun.py)")
+def speedrun(a, j: Job) -> int:
+    return recipe(a, j)
+
+
+def speedrun_check(a):
+    recipe_check(a)
+    a.base_abl = [n for n in a.base_abl if n != "speedrun"] + ["speedrun"]
+
+
+speedrun.options, speedrun.check = recipe_options, speedrun_check
 
 
 # ---------------------------------------------------------------- ablate

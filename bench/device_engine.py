@@ -1,20 +1,21 @@
 """The rollout engine's jobs of bench/device.py: decode paths, the agent loop, FlashAttention-4, the fast path.
 
 rollout: the GPU tests of the generator and kernels, then bench/rollout.py (3B shape, batch 256) once a path
-(default with the HF peer, R1_FUSE, R1_COMPILE, both) and the decode profile of the fastest. agent: the
-agent-loop benchmark (bench/agent_rollout.py --gap) of each shape on each path (default, nochunk, eager) and
-chunk schedules, a shape a GPU. fa4: FlashAttention-4 against R1_FA4=0 in every pair (bench/stage_fa4.sh
-installs it first). compile: does the fast path learn as the eager one does, GRPO from one SFT on two GPUs.
-Each measurement's JSON goes to RESULTS_DIR.
+(default with the HF peer, kernels.fuse=false, kernels.compile=false, both) and the decode profile.
+agent: the agent-loop benchmark (bench/agent_rollout.py --gap) of each shape on each path (default, nochunk,
+eager) and chunk schedules, a shape a GPU. fa4: FlashAttention-4 against kernels.fa4=false in every pair
+(bench/stage_fa4.sh installs it first). compile: does the fast path learn as the eager one does, GRPO from
+one SFT on two GPUs. Each measurement's JSON goes to RESULTS_DIR. Paths are set by flags of the bench scripts
+(--kernels KEY=VALUE: bench/kernels_flag.py) and by kernels.KEY=VALUE overrides of train.py.
 """
 import os
 
-from device import configs, job, read
+from device import FIRST, configs, job, read
 from device_jobs import stamp_file
 from phases import Job, python
 
-EAGER = {"R1_COMPILE": "0", "R1_FUSE": "0", "R1_CHUNK_GRAPHS": "0"}
-PATHS = {"default": {}, "nochunk": {"R1_CHUNK_GRAPHS": "0"}, "eager": EAGER}
+EAGER = ["kernels.compile=false", "kernels.fuse=false", "kernels.chunk_graphs=false"]  # train.py overrides
+PATHS = {"default": [], "nochunk": ["--no-chunk-graphs"], "eager": ["--eager-paths"]}  # bench/agent_rollout.py flags
 
 
 def gpu_tests(j: Job, name="gpu-tests", files=("tests",), gpu=None, env=None):
@@ -27,14 +28,15 @@ def rollout(a, j: Job) -> int:
     if a.tests:
         gpu_tests(j, files=("tests/test_generate.py", "tests/test_model.py", "tests/test_decode_kernel.py",
                             "tests/test_sample_kernel.py"))
-    for name, env, peer in (("default", {"R1_FUSE": "0"}, True), ("fuse", {"R1_FUSE": "1"}, False),
-                            ("compile", {"R1_COMPILE": "1"}, False),
-                            ("fuse-compile", {"R1_FUSE": "1", "R1_COMPILE": "1"}, False)):
+    for name, kernels, peer in (("default", [], True), ("unfused", ["fuse=false"], False),
+                                ("eager", ["compile=false"], False),
+                                ("unfused-eager", ["fuse=false", "compile=false"], False)):
         out = j.path(f"rollout-{name}.json")
         if j.phase(f"rollout-{name}", [python(), "bench/rollout.py", "--models", a.models, "--batches", a.batches,
-                                       "--save", out] + ([] if peer else ["--no-peer"]), env=env) and not j.dry:
+                                       "--save", out] + ([] if peer else ["--no-peer"])
+                   + (["--kernels", *kernels] if kernels else [])) and not j.dry:
             stamp_file(out, a.commit)
-    j.phase("profile", [python(), "bench/profile_decode.py"], env={"R1_FUSE": "1", "R1_COMPILE": "1"})
+    j.phase("profile", [python(), "bench/profile_decode.py"])
     return j.finish()
 
 
@@ -60,8 +62,8 @@ def agent(a, j: Job) -> int:
             sched = a.schedules.get(model) if path == "default" else None
             out = j.path(f"agent-{model}-{path}.json")
             if j.phase(f"agent-{model}-{path}", [python(), "bench/agent_rollout.py", "--model", model, "--gap", *tok,
-                                                 "--save", out] + (["--schedules", sched] if sched else []),
-                       gpu=g, env=PATHS[path]) and not j.dry:
+                                                 "--save", out, *PATHS[path]]
+                       + (["--schedules", sched] if sched else []), gpu=g) and not j.dry:
                 stamp_file(out, a.commit)
         if a.bench and model == "3b":
             out = j.path("rollout-3b.json")
@@ -75,7 +77,7 @@ def agent(a, j: Job) -> int:
 def agent_options(p):
     p.add_argument("--models", nargs="+", default=["3b", "135m"], help="shapes; with --gpus, one a GPU")
     p.add_argument("--paths", nargs="+", default=["default", "eager"], choices=list(PATHS),
-                   help="default: compiled ops, fused projections, chunk graphs; nochunk: R1_CHUNK_GRAPHS=0; "
+                   help="default: compiled ops, fused projections, chunk graphs; nochunk: kernels.chunk_graphs=false; "
                         "eager: none of them")
     p.add_argument("--schedules", nargs="*", default=[], metavar="SHAPE=LIST",
                    help="chunk schedules timed on the default path, e.g. 3b=16-sync,8,4 135m=4-nomix,4")
@@ -102,15 +104,15 @@ def fa4(a, j: Job) -> int:
         return j.finish()
     j.phase("kernels", [python(), "bench/attention.py", "--out", j.path("kernels.json")], timeout=420)
     j.phase("tests-fa4", [python(), "-m", "pytest", "-q", "-m", "gpu", "tests/test_attention.py"], timeout=540)
-    off = {"R1_FA4": "0"}
-    j.phase("train-base", [python(), "bench/train_step.py", "--no-peer"], env=off, timeout=300)
-    j.phase("train-fa4", [python(), "bench/train_step.py", "--no-peer"], env={"R1_ATTN": "fa4"}, timeout=300)
+    off = ["--kernels", "fa4=false"]
+    j.phase("train-base", [python(), "bench/train_step.py", "--no-peer", *off], timeout=300)
+    j.phase("train-fa4", [python(), "bench/train_step.py", "--no-peer", "--kernels", "attention=fa4"], timeout=300)
     agent_cmd = [python(), "bench/agent_rollout.py", "--model", "3b", "--gap", "--tokenizer", tok]
-    j.phase("agent-base", agent_cmd, env=off, timeout=360)
+    j.phase("agent-base", agent_cmd + off, timeout=360)
     j.phase("agent-fa4", agent_cmd, timeout=360)
-    j.phase("gap-base", [python(), "bench/logprob_gap.py", "--model", "3b"], env=off, timeout=240)
+    j.phase("gap-base", [python(), "bench/logprob_gap.py", "--model", "3b", *off], timeout=240)
     j.phase("gap-fa4", [python(), "bench/logprob_gap.py", "--model", "3b"], timeout=240)
-    j.phase("agent-fa4cache", agent_cmd, env={"R1_FA4_CACHE": "1"}, timeout=360)
+    j.phase("agent-fa4cache", agent_cmd + ["--kernels", "fa4_cache=true"], timeout=360)
     j.phase("tests-gpu", [python(), "-m", "pytest", "-q", "-m", "gpu", "tests", "--ignore=tests/test_attention.py"],
             env={"R1_TEST_TOKENIZER": tok}, timeout=480)
     out = j.path("attention.json")
@@ -129,9 +131,8 @@ fa4.options, fa4.check = fa4_options, lambda a: None
 @job("compile", "the fast path against eager: GRPO from one SFT, equal time, a GPU each, test reads compared; "
                 "FSDP run; agent-loop benchmarks of both paths (2 GPUs)")
 def compile_job(a, j: Job) -> int:
-    cfg = configs("configs/gsm8k_tool.yaml") + ["log.progress=false"]
+    cfg = configs(*FIRST) + ["log.progress=false"]
     sft = j.path("sft")
-    slow = dict(w.split("=", 1) for w in a.slow)
 
     def bench():
         j.phase("bench-single", [python(), "bench/rollout.py", "--models", "3b", "--batches", "256",
@@ -148,15 +149,15 @@ def compile_job(a, j: Job) -> int:
     if not ok:
         return j.finish()
 
-    def rl(gpu, name, env):
+    def rl(gpu, name, kernels):
         if j.phase(name, [python(), "train.py", *cfg, f"model.path={sft}/hf", "train.sft_steps=0",
                           f"run.dir={j.path(name)}", "algo.advantage=grpo", f"train.time_limit={a.rl_seconds}",
-                          "train.steps=100000", "train.checkpoint_every=100000", "eval.every=0", *a.set],
-                   gpu=gpu, env={**env, **({"R1_PROFILE": str(a.profile)} if a.profile else {})},
+                          "train.steps=100000", "train.checkpoint_every=100000", "eval.every=0", *kernels, *a.set],
+                   gpu=gpu, env={"R1_PROFILE": str(a.profile)} if a.profile else {},
                    fresh=[j.path(name)]):
             read(j, f"eval-{name}", cfg + [f"model.tokenizer={sft}/hf"], j.path(name), "test", gpu=gpu)
 
-    Job.parallel(lambda: rl(0, "rl-eager", slow), lambda: rl(1, "rl-default", {}))
+    Job.parallel(lambda: rl(0, "rl-eager", a.slow), lambda: rl(1, "rl-default", []))
     j.phase("compare", [python(), "-m", "r1.compare", j.path("eval-rl-eager"), j.path("eval-rl-default")])
     if a.fsdp:
         j.phase("fsdp-default", ["torchrun", "--standalone", "--nproc_per_node=2", "train.py", *cfg,
@@ -165,10 +166,10 @@ def compile_job(a, j: Job) -> int:
                                  "eval.every=0", *a.set], fresh=[j.path("fsdp-default")])
     if a.bench:
         def agents(gpu, model):
-            for path, env in (("default", {}), ("eager", slow)):
+            for path in ("default", "eager"):
                 j.phase(f"agent-{model}-{path}", [python(), "bench/agent_rollout.py", "--model", model, "--gap",
                                                   "--tokenizer", f"{sft}/hf", "--save",
-                                                  j.path(f"agent-{model}-{path}.json")], gpu=gpu, env=env)
+                                                  j.path(f"agent-{model}-{path}.json"), *PATHS[path]], gpu=gpu)
         Job.parallel(lambda: agents(0, "135m"), lambda: agents(1, "3b"))
     return j.finish()
 
@@ -177,8 +178,8 @@ def compile_options(p):
     p.add_argument("--model", required=True, help="the GGUF the SFT starts from")
     p.add_argument("--rl-seconds", type=float, default=300.0)
     p.add_argument("--sft-steps", type=int, default=467)
-    p.add_argument("--slow", nargs="*", default=[f"{k}={v}" for k, v in EAGER.items()],
-                   help="the eager lane's environment")
+    p.add_argument("--slow", nargs="*", default=EAGER, metavar="KEY=VALUE",
+                   help="the eager lane's train.py overrides (its agent benchmarks: --eager-paths)")
     p.add_argument("--bench", type=int, default=1, help="1: the benchmarks beside the SFT and at the end")
     p.add_argument("--fsdp", type=int, default=1, help="1: the 2-GPU FSDP run")
     p.add_argument("--profile", type=int, default=0, help="iteration N of each RL lane under R1_PROFILE")

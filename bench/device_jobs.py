@@ -1,7 +1,8 @@
 """The speed jobs of bench/device.py: iteration time (and its precision / share-prefix sets), LoRA, scaling.
 
-iteration: train.py runs of configs/gsm8k_tool.yaml, STEPS iterations each, one after another with the GPU to
-themselves, a lane a set of overrides (LANES), then bench/iteration_result.py's medians in RES/iteration.json.
+iteration: train.py runs of the first recipe (configs/gsm8k_tool.yaml + ablations/first_recipe.yaml: synchronous,
+PPO, fp32 autocast: the base every lane switches from), STEPS iterations each, one after another with the GPU
+to themselves, a lane a set of overrides (LANES), then bench/iteration_result.py's medians in RES/iteration.json.
 --shape 3b runs them on a random model of that shape (bench/random_model.py), --sft-steps first trains the SFT
 policy they start from. precision and share-prefix are iteration sets with their GPU tests (and benchmarks)
 first. lora times full fine-tuning against adapters at Qwen2.5 shapes (bench/lora.py); lora-pair is the ablate
@@ -10,13 +11,13 @@ job for LoRA against full fine-tuning at equal RL time, both read on test; scale
 import json
 import os
 
-from device import ROOT, configs, fail, job, stamp, write_json
+from device import FIRST, ROOT, configs, fail, job, stamp, write_json
 from phases import Job, python
 
 OV1 = ["train.overlap=1", "algo.policy_loss=decoupled_ppo", "algo.tis_cap=2"]
 OV2 = ["train.overlap=2", "algo.policy_loss=decoupled_ppo", "algo.tis_cap=2"]  # the rollout in a process
 GRPO, SP, BF, MB1 = ["algo.advantage=grpo"], ["train.share_prefix=true"], ["train.precision=bf16"], ["algo.minibatches=1"]
-FUSE, SW = {"R1_FUSE_TRAIN": "1"}, {"R1_SWITCH_US": "200"}
+FUSE, SW = ["kernels.fuse_train=true"], {"R1_SWITCH_US": "200"}
 # name -> (environment, overrides): the lanes measured so far, in the order they run
 LANES = {
     "ppo-o0": ({}, []), "ppo-o1": ({}, OV1), "grpo-o0": ({}, GRPO), "grpo-o1": ({}, GRPO + OV1),
@@ -24,7 +25,7 @@ LANES = {
     "ppo-o1-sw200": (SW, OV1),  # the interpreter's switch interval 5 ms -> 0.2 ms (r1/overlap.py)
     "ppo-mt4096-frac015": ({}, ["train.micro_tokens=4096", "run.memory_fraction=0.15"]),
     "ppo-mt4096": ({}, ["train.micro_tokens=4096"]),
-    "ppo-o0-ft": (FUSE, []), "ppo-o2-ft": (FUSE, OV2),  # q/k/v and gate/up as one matmul each in training
+    "ppo-o0-ft": ({}, FUSE), "ppo-o2-ft": ({}, FUSE + OV2),  # q/k/v and gate/up as one matmul each in training
     "ppo-o0-sp": ({}, SP), "grpo-o0-sp": ({}, GRPO + SP), "ppo-o2-sp": ({}, SP + OV2),
     "ppo-o0-sp-bf": ({}, SP + BF), "grpo-o0-sp-bf": ({}, GRPO + SP + BF), "ppo-o2-sp-bf": ({}, SP + BF + OV2),
     "grpo-o2-sp": ({}, GRPO + SP + OV2), "grpo-o2-sp-bf": ({}, GRPO + SP + BF + OV2),
@@ -63,12 +64,12 @@ def stamp_file(path: str, commit: str):
 
 def iteration_lanes(a, j: Job, lanes: list, model: str, save: str):
     """The lanes' runs (skipped when done), then their result in RES/iteration.json (and --save)."""
-    cfg = configs("configs/gsm8k_tool.yaml") + ["log.progress=false", "log.trajectories=false", "train.sft_steps=0",
+    cfg = configs(*FIRST) + ["log.progress=false", "log.trajectories=false", "train.sft_steps=0",
                                                 "eval.every=0", "train.checkpoint_every=100000", f"train.steps={a.steps}"]
     prof = {"R1_PROFILE": str(a.profile)} if a.profile else {}
     if a.sft_steps:
         sft = j.path("sft")
-        if not j.phase("sft", [python(), "train.py", *configs("configs/gsm8k_tool.yaml"), f"model.path={model}",
+        if not j.phase("sft", [python(), "train.py", *configs(*FIRST), f"model.path={model}",
                                f"run.dir={sft}", "train.stage=sft", "train.sft_steps=0", f"train.steps={a.sft_steps}",
                                "train.lr=5e-5", "train.checkpoint_every=100000", "log.progress=false", *a.set],
                        keep=[os.path.join(sft, "hf")], fresh=[sft]):
@@ -196,7 +197,7 @@ lora.options, lora.check = lora_options, lambda a: None
 
 
 @job("lora-pair", "LoRA against full fine-tuning from one SFT, equal RL seconds, both read once on test "
-                  "(the ablate job with lane lora)")
+                  "(the ablate job with lane lora, on the synchronous recipe: --base-abl synchronous by default)")
 def lora_pair(a, j: Job) -> int:
     from device import ablate
     a.arms, a.test = ["lora"], ["recipe", "lora"]
@@ -206,11 +207,13 @@ def lora_pair(a, j: Job) -> int:
 def lora_pair_options(p):
     from device import ablate_options
     ablate_options(p)
-    for act in p._actions:  # the pair's lane is fixed; its RL time is the pair's own
+    for act in p._actions:  # the pair's lane is fixed; its RL time and base (lora.yaml's own) are the pair's own
         if act.dest == "arms":
             act.required, act.default = False, ["lora"]
         if act.dest == "rl_seconds":
             act.default = 450.0
+        if act.dest == "base_abl":
+            act.default = ["synchronous"]
 
 
 def lora_pair_check(a):

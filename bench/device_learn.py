@@ -9,12 +9,12 @@ ours against TRL's GRPOTrainer from one SFT at equal wall time (bench/peer_trl.p
 import os
 import subprocess
 
-from device import configs, job, read
+from device import FIRST, configs, fail, job, read
 from device_engine import gpu_tests
 from device_jobs import stamp_file
-from phases import Job, python
+from phases import ROOT, Job, python
 
-GSM = configs("configs/gsm8k_tool.yaml") + ["log.progress=false"]
+GSM = configs(*FIRST) + ["log.progress=false"]  # the first recipe: what these jobs measured
 SFT_SCHEDULE = ["train.lr=5e-5", "train.warmup=20", "train.schedule=cosine", "train.checkpoint_every=100000"]
 
 
@@ -26,10 +26,30 @@ def sft(a, j: Job, cfg: list, name="sft", gpu=None, steps=None, more=()) -> bool
                    gpu=gpu, keep=[os.path.join(d, "hf")], fresh=[d])
 
 
+BOOL = {"0": "false", "1": "true"}
+ENV = ("R1_PROFILE", "R1_SWITCH_US")  # the environment variables a lane may set: when, not what, a run computes
+
+
 def env_and_overrides(words: list) -> tuple:
-    """R1_X=... words are the environment, the rest train.py overrides."""
-    env = dict(w.split("=", 1) for w in words if w.startswith("R1_") and "=" in w)
-    return env, [w for w in words if not (w.startswith("R1_") and "=" in w)]
+    """R1_PROFILE=... and R1_SWITCH_US=... words are the environment, the rest train.py overrides (kernels.*
+    among them); any other R1_* word is refused (pair_check), as r1/environment.py refuses it."""
+    env = dict(w.split("=", 1) for w in words if w.split("=", 1)[0] in ENV and "=" in w)
+    return env, [w for w in words if not (w.split("=", 1)[0] in ENV and "=" in w)]
+
+
+def pair_check(a):
+    """A lane word R1_*=... other than ENV: one line naming it (a moved switch: its kernels.* key)."""
+    import sys
+    sys.path.insert(0, ROOT)
+    from r1.environment import MOVED
+
+    for flag, words in (("--a", a.a), ("--b", a.b)):
+        for w in words:
+            name, eq, value = w.partition("=")
+            if eq and name.startswith("R1_") and name not in ENV:
+                if name in MOVED:
+                    fail(f"{flag} {w}: {name} was removed, write {MOVED[name]}={BOOL.get(value, value)}")
+                fail(f"{flag} {w}: no environment variable {name} (a lane may set {', '.join(ENV)})")
 
 
 @job("learn", "the learning proof on 2 GPUs: SFT, PPO and GRPO side by side for equal time, test reads; "
@@ -39,8 +59,9 @@ def learn(a, j: Job) -> int:
     ga, gb = a.gpus
     ok = Job.parallel(lambda: gpu_tests(j, "check-decode", ("-x", "tests/test_decode_kernel.py"), gpu=ga),
                       lambda: gpu_tests(j, "check-sample", ("-x", "tests/test_sample_kernel.py"), gpu=gb))
-    kernels = {**({} if ok[0] else {"R1_DECODE": "sdpa"}), **({} if ok[1] else {"R1_SAMPLE": "torch"})}
-    j.log(f"kernels: {kernels or 'triton decode and sampling'}")
+    kernels = ([] if ok[0] else ["decode=sdpa"]) + ([] if ok[1] else ["sample=torch"])  # where a kernel failed
+    j.log(f"kernels: {' '.join(kernels) or 'triton decode and sampling'}")
+    overrides, flags = ["kernels." + w for w in kernels], (["--kernels", *kernels] if kernels else [])
     rl_args = ["rollout.prompts=64", "rollout.n=8", "rollout.slots=512", "algo.minibatches=4", "train.critic_lr=1e-5",
                "train.steps=1000", f"train.time_limit={a.rl_seconds}", "train.checkpoint_every=1000", "eval.every=5",
                "eval.limit=256", *a.rl_set]
@@ -48,14 +69,14 @@ def learn(a, j: Job) -> int:
     def rl(gpu, name, adv, more):
         run = j.path(name)
         if j.phase(name, [python(), "train.py", *cfg, f"model.path={j.path('sft')}/hf", f"run.dir={run}",
-                          f"algo.advantage={adv}", f"train.lr={a.rl_lr}", *rl_args, *more], gpu=gpu, env=kernels,
+                          f"algo.advantage={adv}", f"train.lr={a.rl_lr}", *rl_args, *overrides, *more], gpu=gpu,
                    fresh=[run]):
             read(j, f"eval-{name}", cfg, os.path.join(run, "hf"), "test", gpu=gpu)
 
     def lane_a():
         read(j, "eval-base", cfg, a.model, "test", gpu=ga)
-        gpu_tests(j, gpu=ga, env=kernels)
-        j.phase("logprob-gap", [python(), "bench/logprob_gap.py", "--save"], gpu=ga, env=kernels)
+        gpu_tests(j, gpu=ga)
+        j.phase("logprob-gap", [python(), "bench/logprob_gap.py", "--save", *flags], gpu=ga)
         while not j.done("sft") and not os.path.exists(j.path("sft.failed")) and not j.dry:
             import time
             time.sleep(5)
@@ -96,7 +117,7 @@ learn.options, learn.check = learn_options, lambda a: None
 
 
 @job("grpo-pair", "two GRPO lanes from one SFT, the same seed and iterations, differing in --a / --b "
-                  "(R1_X=... environment or overrides): the overlapped schedule, micro-batch sizes")
+                  "(train.py overrides, kernels.* among them): the overlapped schedule, micro-batch sizes")
 def grpo_pair(a, j: Job) -> int:
     if not sft(a, j, GSM, gpu=0):
         return j.finish()
@@ -121,11 +142,12 @@ def grpo_pair_options(p):
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--sft-steps", type=int, default=467)
     p.add_argument("--a", nargs="*", default=[], help="lane A's words (default: the defaults)")
-    p.add_argument("--b", nargs="*", default=["R1_OVERLAP=0"], help="lane B's words (e.g. train.micro_tokens=16384)")
+    p.add_argument("--b", nargs="*", default=["kernels.launch_ahead=false"],
+                   help="lane B's words (e.g. train.micro_tokens=16384; R1_SWITCH_US=200 sets the environment)")
     p.add_argument("--seq", action="store_true", help="lane B after lane A, both on GPU 0 (one GPU)")
 
 
-grpo_pair.options, grpo_pair.check = grpo_pair_options, lambda a: None
+grpo_pair.options, grpo_pair.check = grpo_pair_options, pair_check
 
 
 @job("cli", "the command-line task at level 3: SFT on level 2 (sft2) or 3 (sft3), then PPO, side by side on one "
@@ -227,7 +249,7 @@ def peer_trl(a, j: Job) -> int:
         stdout=open(j.path("smi.csv"), "w"), stderr=subprocess.DEVNULL) if _has("nvidia-smi") else None
     Job.parallel(
         lambda: j.phase("ours", [python(), "train.py", *GSM, f"model.path={j.path('sft')}/hf", "train.sft_steps=0",
-                                 f"run.dir={j.path('ours')}", "algo.advantage=grpo", "env.malformed_penalty=0",
+                                 f"run.dir={j.path('ours')}", "algo.advantage=grpo", "env.rewards.malformed=0",
                                  f"train.time_limit={a.seconds}", "train.steps=100000", "train.checkpoint_every=100000",
                                  "eval.every=0", *a.set], gpu=0, fresh=[j.path("ours")]),
         lambda: j.phase("trl", [python(), "bench/peer_trl.py", "train", "--model", j.path("sft") + "/hf",

@@ -7,7 +7,7 @@ logprob kernel (one GPU), or bf16 parameters (`--trainer-dtype bfloat16`).
 Prints the mean and max |sampler - trainer| over sampled tokens; the
 trainer logs the same two numbers every iteration (logprob_gap_mean/max).
 
-    python bench/logprob_gap.py [--model 135m|3b] [--batch 64] [--new 128] [--save]
+    python bench/logprob_gap.py [--model 135m|3b] [--batch 64] [--new 128] [--save] [--kernels KEY=VALUE ...]
 """
 import argparse
 import datetime
@@ -18,6 +18,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench import kernels_flag  # noqa: E402
 from bench.rollout import SHAPES  # noqa: E402
 from r1.generate import Generator, Sampling  # noqa: E402
 from r1.model import Transformer, pack  # noqa: E402
@@ -31,7 +32,9 @@ def main():
     p.add_argument("--new", type=int, default=128)
     p.add_argument("--trainer-dtype", default="float32")
     p.add_argument("--save", action="store_true")
+    kernels_flag.add(p)
     a = p.parse_args()
+    k = kernels_flag.use(a.kernels)
     cfg = SHAPES[a.model]
     torch.manual_seed(0)
     with torch.device("cuda"):
@@ -42,7 +45,7 @@ def main():
     rollout = Transformer(cfg).to("cuda", torch.bfloat16).eval().requires_grad_(False)  # as the trainer's copy
     rollout.load_state_dict(trainer_model.state_dict())
     prompts = torch.randint(100, cfg.vocab_size - 100, (a.batch, a.prompt)).tolist()
-    gen = Generator(rollout, a.batch, a.prompt + a.new + 8, cuda_graphs=True)
+    gen = Generator(rollout, a.batch, a.prompt + a.new + 8, cuda_graphs=True, **kernels_flag.generator(k))
     outs = gen.generate(prompts, a.new, Sampling(temperature=1.0, seed=0))
     seqs = [c.prompt_ids + c.token_ids for c in outs]
     ids, pos, cu, mx = pack(seqs, device="cuda")
@@ -59,7 +62,8 @@ def main():
     res = {"name": "logprob_gap", "model": f"{a.model}-shape", "tokens": gap.numel(), "sampler": "bf16 params, KV cache",
            "trainer": f"{a.trainer_dtype} params, bf16 autocast, packed", "gap_mean": gap.mean().item(),
            "gap_max": gap.max().item(), "gap_p99": gap.quantile(0.99).item(),
-           "device": torch.cuda.get_device_name(), "torch": torch.__version__, "date": datetime.date.today().isoformat()}
+           "device": torch.cuda.get_device_name(), "torch": torch.__version__, "date": datetime.date.today().isoformat(),
+           "kernels": kernels_flag.words(k)}
     print(json.dumps(res), flush=True)
     if a.save:
         os.makedirs("bench/results", exist_ok=True)

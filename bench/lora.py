@@ -40,7 +40,8 @@ sys.path.insert(0, ROOT)
 def overrides(shape: str, model_dir: str | None, tok: str | None, rank: int, steps: int, run_dir: str,
               cpu: bool, generator: str = "adapters") -> list:
     """train.py arguments of one run (generator: model.lora_generator, for rank > 0)."""
-    args = ["--config", os.path.join(ROOT, "configs", "gsm8k_tool.yaml"), f"run.dir={run_dir}",
+    args = ["--config", os.path.join(ROOT, "configs", "gsm8k_tool.yaml"),  # the first recipe, as it was measured
+            "--config", os.path.join(ROOT, "configs", "ablations", "first_recipe.yaml"), f"run.dir={run_dir}",
             f"model.lora_rank={rank}", f"model.lora_generator={generator}", "train.sft_steps=0", "algo.advantage=step_gae", "algo.kl_coef=0.01",
             f"train.steps={steps}", "run.save=false", "eval.every=0", "log.progress=false",
             "log.trajectories=false", "log.tensorboard=false"]

@@ -17,6 +17,8 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from r1.environment import MOVED  # noqa: E402  (stdlib only)
 
 
 def stamp(commit: str = "") -> dict:
@@ -111,7 +113,11 @@ class Job:
     def phase(self, name: str, argv: list, env: dict = None, gpu=None, keep=(), fresh=(), timeout=None) -> bool:
         """Run argv once as phase `name`; True when it succeeded now or earlier (or is skipped). keep: files the
         phase makes, which must still exist for a done phase to be skipped; fresh: folders the command must
-        create itself (train.py refuses an existing run.dir), moved aside before it runs."""
+        create itself (train.py refuses an existing run.dir), moved aside before it runs. env: R1_* variables
+        of r1/environment.py's MOVED are refused (a switch of config section kernels: an override or a flag)."""
+        moved = [k for k in env or {} if k in MOVED]
+        if moved:
+            raise ValueError(f"phase {name}: environment {', '.join(moved)} was removed (config section kernels)")
         if self._skipped(name, keep):
             return True
         if self.dry:

@@ -11,6 +11,7 @@ measured copy bandwidth, FLOPs over the measured bf16 matmul rate).
     python bench/rollout.py --models 3b --batches 256 --lora 16   # the LoRA generator's decode: adapters vs none
     python bench/rollout.py --eager-ops ...    # without the fused elementwise ops (kernels.compile=false)
     python bench/rollout.py --no-graphs ...    # decode without CUDA graphs
+    python bench/rollout.py --kernels fuse=false ...   # any key of config section kernels (bench/kernels_flag.py)
 """
 import argparse
 import datetime
@@ -22,6 +23,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench import kernels_flag  # noqa: E402
 from r1.generate import Generator, Sampling  # noqa: E402
 from r1.model import ModelConfig, Transformer, paths_in_use, use_ops  # noqa: E402
 
@@ -40,6 +42,7 @@ SHAPES = {
 }
 
 GRAPHS = True  # --no-graphs: decode without CUDA graphs
+GEN: dict = {}  # --kernels: the Generator's own switches
 
 
 def measure_ceilings():
@@ -95,7 +98,7 @@ def ours(cfg, batch, prompt_len, new, seed=0, lora=0, variant="plain"):
     if variant == "separate":
         L.LoRALinear.forward = separate_lora_forward
     gen = Generator(model, slots=batch, max_len=prompt_len + new + 8, cuda_graphs=GRAPHS, sync_every=32,
-                    **({"fuse": False} if variant == "unfused" else {}))
+                    **{**GEN, **({"fuse": False} if variant == "unfused" else {})})
     s = Sampling(temperature=1.0, seed=seed)
     gen.generate(prompts, 8, s)  # warm-up: prefill + graph capture
     torch.cuda.synchronize()
@@ -164,9 +167,12 @@ def main():
                    help="write the results as JSON (default path bench/results/rollout.json)")
     p.add_argument("--eager-ops", action="store_true", help="eager elementwise ops (kernels.compile=false)")
     p.add_argument("--no-graphs", action="store_true", help="decode without CUDA graphs")
+    kernels_flag.add(p)
     a = p.parse_args()
     global GRAPHS
     GRAPHS = not a.no_graphs
+    k = kernels_flag.use(a.kernels)
+    GEN.update(kernels_flag.generator(k))
     if a.eager_ops:
         use_ops("false")
     import transformers
@@ -175,7 +181,7 @@ def main():
     env = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "transformers": transformers.__version__,
            "date": datetime.date.today().isoformat(), "copy_bw_GBps": round(bw / 1e9), "bf16_tflops": round(peak / 1e12),
            "sample_path": "triton", "decode_attention": "triton", "cuda_graphs": GRAPHS,
-           **paths_in_use(torch.cuda.is_available())}
+           "kernels": kernels_flag.words(k), **paths_in_use(torch.cuda.is_available())}
     print(json.dumps({"name": "ceilings", **env}), flush=True)
     results = []
     for m in a.models.split(","):

@@ -15,7 +15,7 @@ entropy bonus) forward and backward over all tokens, then AdamW.
 
 --autocast: fp32 parameters under bf16 autocast instead, as the trainer runs on one GPU (fp32 AdamW
 master weights), for ours only. --fuse-train: ours again with q/k/v and gate/up as one matmul each
-(R1_FUSE_TRAIN=1, r1/model.py concat_linear), in the same run: ours_fused_s and fuse_train_speedup.
+(kernels.fuse_train's path, r1/model.py concat_linear), in the same run: ours_fused_s and fuse_train_speedup.
 
 MFU counts useful tokens only: 6 N per token plus causal attention
 (6 * s^2 * heads * head_dim per layer per sequence), against the measured
@@ -33,6 +33,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench import kernels_flag  # noqa: E402
 from bench.rollout import SHAPES, measure_ceilings  # noqa: E402
 from r1.algos.losses import ppo_policy_loss  # noqa: E402
 from r1.model import OPS, Transformer  # noqa: E402
@@ -116,8 +117,12 @@ def main():
     p.add_argument("--no-peer", action="store_true")
     p.add_argument("--save", action="store_true")
     p.add_argument("--autocast", action="store_true", help="ours: fp32 parameters under bf16 autocast")
-    p.add_argument("--fuse-train", action="store_true", help="ours again with R1_FUSE_TRAIN's path, same run")
+    p.add_argument("--fuse-train", action="store_true", help="ours again with kernels.fuse_train's path, same run")
+    kernels_flag.add(p)
     a = p.parse_args()
+    k = kernels_flag.use(a.kernels)
+    if k.fuse_train:  # the first timing is always the unfused one; --fuse-train adds the fused one, same run
+        p.error("--kernels fuse_train=true: give --fuse-train (both timings in one run)")
     import transformers
 
     dev = torch.device("cuda")
@@ -127,7 +132,8 @@ def main():
     rng = random.Random(1)
     seqs = [[rng.randrange(100, cfg.vocab_size - 100) for _ in range(n)] for n in lens]
     env = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "transformers": transformers.__version__,
-           "date": datetime.date.today().isoformat(), "bf16_tflops_measured": round(peak / 1e12)}
+           "date": datetime.date.today().isoformat(), "bf16_tflops_measured": round(peak / 1e12),
+           "kernels": kernels_flag.words(k)}
     res = {"name": "train_step", "model": f"{a.model}-shape", "sequences": len(lens), "useful_tokens": sum(lens),
            "padded_tokens_peer": sum(max(lens[i:i + a.peer_micro]) * len(lens[i:i + a.peer_micro])
                                      for i in range(0, len(lens), a.peer_micro)), **env}

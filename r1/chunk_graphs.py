@@ -6,7 +6,7 @@ the host's launch time dominated the agent loop (docs/decisions.md, "CUDA graphs
 fixed shapes, so a chunk is padded to a bucket (tokens, rows, longest row) with pad rows that write only
 the generator's scratch slot; real rows' hidden states are the unpadded forward's up to matmul rounding
 (tested on the CPU by running the padded layout eagerly: `pad`). A shape no bucket holds, a full graph
-table or a failed capture falls back to the eager forward. R1_CHUNK_GRAPHS=0 turns it off.
+table or a failed capture falls back to the eager forward. kernels.chunk_graphs=false turns it off.
 
 Under train.overlap a graph is captured only while no other thread works on the GPU (`hold_captures`):
 a device-wide synchronize in another thread fails a capture in flight. A held-off capture is deferred
@@ -35,7 +35,7 @@ TOKEN_BUCKETS = tuple(sorted({b for p in range(4, 15) for b in (2 ** p, 3 * 2 **
 # prompts) and, for chunks that extend live rows (continuations and the generator's mixed steps), the
 # Triton decode and chunk kernels by row (CacheStep.by_row), keyed by token and row buckets only, with
 # pad rows of PAD_Q tokens, so the shapes a rollout meets stop being new after a few iterations.
-# CUDA fp16/bf16 only, with no R1_ATTN / R1_CHUNKS override.
+# CUDA fp16/bf16 only, with kernels.attention and kernels.chunks left at auto.
 def _up(x: int, buckets) -> int | None:
     return next((b for b in buckets if b >= x), None)
 

@@ -6,23 +6,31 @@ GPU numbers come from bench/device.py lora.
 import json
 import os
 
-from bench.lora import overrides, summarize
+from bench.lora import ROOT, overrides, summarize
 from r1.config import load_config
+
+
+def load(args: list):
+    """load_config of train.py's arguments: --config FILE ... then key=value overrides."""
+    files = [args[i + 1] for i, w in enumerate(args) if w == "--config"]
+    assert args[:2 * len(files):2] == ["--config"] * len(files)
+    return load_config(files, args[2 * len(files):])
 
 
 def test_a_run_is_ppo_with_critic_and_reference_at_the_gsm8k_tool_batch(tmp_path):
     args = overrides("7b", "/m/7b", "/t", 16, 3, str(tmp_path / "r"), cpu=False)
-    assert args[0] == "--config"
-    cfg = load_config(args[1], args[2:])
+    assert [os.path.relpath(f, ROOT) for f in args[1:4:2]] == ["configs/gsm8k_tool.yaml",
+                                                               "configs/ablations/first_recipe.yaml"]
+    cfg = load(args)
     assert cfg.model.lora_rank == 16 and cfg.model.path == "/m/7b" and cfg.model.tokenizer == "/t"
     assert cfg.algo.advantage == "step_gae" and cfg.algo.kl_coef == 0.01 and cfg.train.sft_steps == 0
     assert (cfg.rollout.prompts, cfg.rollout.n, cfg.rollout.max_new_tokens) == (64, 8, 192)
     assert cfg.train.steps == 3 and cfg.eval.every == 0 and not cfg.run.save  # no 64 GiB checkpoint of a 3B
     assert cfg.model.lora_generator == "adapters"
     merged = overrides("7b", "/m/7b", "/t", 16, 3, str(tmp_path / "r"), cpu=False, generator="merged")
-    assert load_config(merged[1], merged[2:]).model.lora_generator == "merged"
+    assert load(merged).model.lora_generator == "merged"
     tiny = overrides("tiny", None, None, 0, 2, str(tmp_path / "r"), cpu=True)
-    assert load_config(tiny[1], tiny[2:]).model.path == "tiny"
+    assert load(tiny).model.path == "tiny"
 
 
 def test_summary_skips_the_first_iteration_and_reports_completion(tmp_path):

@@ -8,13 +8,14 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "bench", "speedrun.py")
+CONFIG = "configs/gsm8k_tool.yaml + configs/ablations/speedrun.yaml"  # as the speedrun job labels it
 STAMP = {"device": "NVIDIA H100 80GB HBM3", "torch": "2.9.0", "commit": "abc", "date": "2026-12-06"}
 
 
 def job_folder(tmp_path, sft=("test", 1319, 0.07), final=("test", 1319, 0.12), wall="1712.34\n"):
     res = tmp_path / "res"
     res.mkdir()
-    (res / "job.json").write_text(json.dumps({"job": "recipe", "config": "configs/gsm8k_tool_30min.yaml", **STAMP}))
+    (res / "job.json").write_text(json.dumps({"job": "speedrun", "config": CONFIG, **STAMP}))
     (res / "wall_s").write_text(wall)
     for name, (split, n, acc) in (("sft", sft), ("final", final)):
         (res / f"test-{name}.json").write_text(json.dumps({"n": n, "accuracy": acc, "split": split}))
@@ -30,7 +31,7 @@ def test_the_result_is_copied_from_the_files_and_appended_once(tmp_path):
     r = run(res, "--save", save)
     assert r.returncode == 0, r.stderr
     out = json.loads((res / "speedrun.json").read_text())
-    assert out == {"name": "speedrun", "config": "configs/gsm8k_tool_30min.yaml", "wall_s": 1712.3,
+    assert out == {"name": "speedrun", "config": CONFIG, "wall_s": 1712.3,
                    "sft_accuracy": 0.07, "test_accuracy": 0.12, "n": 1319, **STAMP}
     assert json.loads(save.read_text()) == [out] and json.loads(r.stdout) == out
     again = run(res, "--save", save)  # the same run twice
