@@ -112,7 +112,7 @@ def one_update(tr, trajs, state, reuse: bool):
 def test_the_updates_own_logprobs_give_the_scored_update(trainer, loss):
     tr = trainer
     assert tr.learner.ref is None and tr.learner.reuses_logprobs(5)
-    trajs = tr.rollout(0)
+    trajs = tr.rollout(0).trajectories
     with float64_models(tr, loss) as state:
         calls_s, n_mb, scored, g_s, after_s = one_update(tr, trajs, state, reuse=False)
         calls_r, _, reused, g_r, after_r = one_update(tr, trajs, state, reuse=True)
