@@ -29,12 +29,12 @@ from r1 import chunk_graphs
 class Rollout:
     """One iteration's episodes and how they were played."""
     trajectories: list
-    lag: int  # updates between the weights that sampled them and those they train: 0 or 1
-    seconds: float  # the play's own wall time
-    cpu_seconds: float | None  # its CPU seconds where it ran in the background, else None
-    graphs: tuple | None  # Actor.graph_counts it added (None: no chunk graphs)
-    deferred: int  # CUDA graph captures it deferred (chunk_graphs.hold_captures)
-    idle_seconds: float | None  # the rollout process's time before it (rollout_process.Handle), else None
+    lag: int = 0  # updates between the weights that sampled them and those they train: 0 or 1
+    seconds: float = 0.0  # the play's own wall time
+    cpu_seconds: float | None = None  # its CPU seconds where it ran in the background, else None
+    graphs: tuple | None = None  # Actor.graph_counts it added (None: no chunk graphs)
+    deferred: int = 0  # CUDA graph captures it deferred (chunk_graphs.hold_captures)
+    idle_seconds: float | None = None  # the rollout process's time before it (rollout_process.Handle)
 
 
 class Rollouts:
@@ -52,7 +52,7 @@ class Rollouts:
         rollout process takes that request while iteration it's play still runs, so it is asked for before
         that play is waited for; a thread's play has ended before the refresh (Actor.refresh waits)."""
         done, self.pending = self.pending, None
-        if done is None:
+        if done is None:  # nothing in flight (train.overlap 0, or this process's first iteration): play now
             self.actor.refresh(policy)
             t0 = time.time()
             played, graphs, deferred = self._ask(self.actor.counted_play, it, it)
