@@ -7,7 +7,7 @@ That time holds the child's pickling and sending of the episodes, and, when
 the trainer asks for the next play only after it has taken the reply
 (`after`, the trainer's order before 2026-12-05), the trainer's side too:
 taking the 4-MB reply, the refresh of the shared weights, the next request.
-Asked for before the reply (`ahead`, r1/trainer.overlapped_rollout now), the
+Asked for before the reply (`ahead`, r1/overlap.Rollouts.get now), the
 request waits in the child, which starts it the moment the last play's
 episodes are sent. Both orders drive the same RemoteActor, alternately in
 rounds (a drift in the machine's load falls on both), with the trainer's

@@ -1,28 +1,26 @@
 """The actor: the generator and the agent loop on the policy's current weights, for training and evaluation.
 
-It owns what plays episodes: the run's tokenizer, the generator's model and
-its KV cache (r1/generate.py), the AgentEnvLoop with the task's
-environments (r1/rollout.py), and the weight refresh. The trainer's rollout
-and r1/evaluate.py both play through it, so evaluation needs no trainer:
-eval.py builds an actor alone (`standalone`) on model.path.
-
-The generator's model is the policy itself on one float32 process; on a GPU
-or under FSDP it is a full copy in the rollout dtype, which `refresh`
-overwrites from the policy's full weights before every use: never stale
-(with train.overlap: 1 also on one float32 process, and one update stale by
-design: r1/overlap.py). A LoRA policy (r1/lora.py) gets a generator of its
-own: merged weights W + scale * B @ A in a full copy (model.lora_generator:
-merged), or the shared frozen base with copies of the adapters, which are
-all that `refresh` moves (adapters; the policy itself on one float32
-process without overlap).
+It owns what plays episodes: the generator's model and KV cache
+(r1/generate.py), the AgentEnvLoop with the task's environments
+(r1/rollout.py), and the weight refresh. The trainer's rollout and
+r1/evaluate.py both play through it, so eval.py builds an actor alone
+(`standalone`). The generator's model is the policy itself on one float32
+process without overlap; otherwise a copy in the rollout dtype that `refresh`
+overwrites from the policy's full weights (one update stale by design under
+train.overlap: r1/overlap.py). A LoRA policy's generator runs merged weights
+in a full copy (model.lora_generator: merged) or the shared frozen base with
+copies of the adapters, all that `refresh` then moves. `start` plays in a
+thread (train.overlap 1); r1/rollout_process.RemoteActor offers the same
+methods with the plays in a process of their own (train.overlap 2).
 """
 from __future__ import annotations
 
 import torch
 
-from r1 import distributed, lora
+from r1 import chunk_graphs, distributed, lora
 from r1.config import Config
 from r1.generate import Generator, Sampling
+from r1.overlap import Background
 from r1.rollout import AgentEnvLoop
 from r1.run import build_model
 from r1.tasks.registry import get_task, make_env
@@ -47,6 +45,28 @@ def generator_model(cfg: Config, tok, d, dtype: torch.dtype, policy=None):
     return model
 
 
+def copy_weights(cfg: Config, model, policy):
+    """The policy's weights into the generator's `model` (nothing when it is the policy); under FSDP the full
+    weights are gathered, so every rank calls it. LoRA: the adapters only (lora_generator: adapters), or the
+    merged weights, merged one at a time."""
+    if policy is model:
+        return
+    full = distributed.full_state_dict(policy)
+    m = cfg.model
+    if m.lora_rank and m.lora_generator == "adapters":  # the base is shared (or a frozen copy): adapters only
+        lora.copy_adapters(model, full)
+        return
+    if m.lora_rank:  # the generator runs the merged weights (one matmul per projection)
+        target = model.state_dict()
+        with torch.no_grad():
+            for k, v in lora.merged_items(full, m.lora_alpha / m.lora_rank):
+                target[k].copy_(v)
+        return
+    with torch.no_grad():
+        for k, v in model.state_dict().items():
+            v.copy_(full[k])
+
+
 class Actor:
     """Plays episodes with one generator (`slots` rows at once) and the task's environments."""
 
@@ -63,26 +83,15 @@ class Actor:
                              decode=tok.decode if stop_strings else None)
         self.loop = AgentEnvLoop(self.gen, tok, make_env(cfg, tok), cfg.rollout.max_new_tokens,
                                  sync_every=cfg.rollout.sync_every or None)
+        self.playing = None  # the play `start` runs in a thread
 
     def refresh(self, policy):
-        """Copy the policy's weights into the generator's model (nothing when it is the policy). Under FSDP
-        the full weights are gathered: every rank calls it."""
-        if policy is self.model:
-            return
-        full = distributed.full_state_dict(policy)
-        m = self.cfg.model
-        if m.lora_rank and m.lora_generator == "adapters":  # the base is shared (or a frozen copy): adapters only
-            lora.copy_adapters(self.model, full)
-            return
-        if m.lora_rank:  # the generator runs the merged weights (one matmul per projection), merged one at a time
-            target = self.model.state_dict()
-            with torch.no_grad():
-                for k, v in lora.merged_items(full, m.lora_alpha / m.lora_rank):
-                    target[k].copy_(v)
-            return
-        with torch.no_grad():
-            for k, v in self.model.state_dict().items():
-                v.copy_(full[k])
+        """Copy the policy's weights into the generator's model (copy_weights), after the play in a thread,
+        if any, has ended (its error kept for its result()). Under FSDP every rank calls it."""
+        if self.playing is not None:
+            self.playing.wait()
+            self.playing = None
+        copy_weights(self.cfg, self.model, policy)
 
     def graph_counts(self, since: tuple | None = None) -> tuple | None:
         """(prefill chunks run outside CUDA graphs, CUDA graphs captured: chunks and decode steps) so far, or
@@ -104,6 +113,33 @@ class Actor:
             return self.loop.run(rows, n, **run)
         finally:
             self.model.train(training)
+
+    def counted_play(self, rows: list, n: int, sampling: Sampling, **run) -> tuple:
+        """play -> (episodes, the graph_counts it added, the CUDA graph captures it deferred)."""
+        graphs, deferred = self.graph_counts(), chunk_graphs.deferred()
+        played = self.play(rows, n, sampling, **run)
+        return played, self.graph_counts(since=graphs), chunk_graphs.deferred() - deferred
+
+    def start(self, rows: list, n: int, sampling: Sampling, **run) -> Background:
+        """counted_play in a thread (r1/overlap.py); returns at once. One at a time: refresh, cancel or the
+        handle's result() ends it."""
+        self.playing = Background(lambda: self.counted_play(rows, n, sampling, **run), self.d.device)
+        return self.playing
+
+    def cancel(self):
+        """Stop the play in a thread at its next chunk (rollout.Cancelled) and wait for it."""
+        if self.playing is None:
+            return
+        self.loop.stop.set()
+        try:
+            self.playing.wait()
+        finally:
+            self.loop.stop.clear()
+            self.playing = None
+
+    def close(self):
+        """rollout.carry_tokens: the paused episodes are never played on; their environments close."""
+        self.loop.drop_carried()
 
 
 def standalone(cfg: Config) -> Actor:

@@ -1,36 +1,20 @@
-"""train.overlap: 1, the one-step off-policy loop: the rollout of iteration k+1 runs while iteration k
-scores and updates.
+"""The trainer's rollout: iteration k's episodes, played now or started during iteration k-1 (train.overlap).
 
-Synchronous (train.overlap: 0, the reference), iteration k samples with the
-weights W_k and updates them to W_k+1; the generator waits for the update and
-the update for the generator. Overlapped, the generator's weights are
-refreshed once per iteration, at the start of iteration k, to W_k (no rollout
-is in flight then, so a refresh never tears a chunk), and the rollout of
-k+1 starts at once on them, in a background thread, while the main thread
-scores iteration k's episodes and updates W_k to W_k+1. So iteration k+1
-trains on episodes of the weights one update back (the first iteration of a
-process samples on its own weights, as the synchronous loop). The loss
-corrects for it with the sampler's recorded logprobs (the behaviour policy):
-decoupled PPO (r1/algos/decoupled_ppo.py) clips against W_k+1 scored in step
-2 (the proximal policy) and weights by proximal/behaviour.
-
-Why a thread (train.overlap: 1): the generator, its KV cache and the
-environments stay where they are, and the trajectories come back as Python
-objects. Its cost, profiled at 135M (docs/decisions.md, "The rollout in a process of its own"): the two
-threads took turns on the host, 1.07 cores together; train.overlap: 2 plays
-in a process of its own instead (r1/rollout_process.py). The thread runs
-only the agent loop (the generator has its own copy
-of the weights: r1/actor.generator_model): every collective (the refresh's
-gather under FSDP, check_episodes' sums) stays on the main thread, in the same
-order on every rank. On CUDA the thread queues on a stream of its own, so its
-kernels can run beside the update's; its CUDA graphs are captured in
-thread_local mode, and only while the main thread waits for it (the main
-thread holds captures off from the thread's start until it waits:
-chunk_graphs.hold_captures; a shape first met meanwhile runs eagerly).
-Resume is refused: a checkpoint after iteration k holds
-W_k+1, not the W_k the next rollout samples with.
+`Rollouts.get` is step 1 of the RL loop whichever actor plays: synchronous
+(train.overlap 0: refresh, play, return), a thread (1: r1/actor.Actor.start,
+a `Background`) or the rollout process (2: r1/rollout_process.RemoteActor).
+Overlapped, iteration k refreshes the generator to W_k and starts k+1's play
+on it before it updates W_k, so k+1 trains on episodes one update back; the
+loss corrects with the sampler's recorded logprobs (decoupled PPO). The
+thread runs only the agent loop: every collective stays on the main thread,
+in the same order on every rank. Its CUDA work runs on a stream of its own,
+and its graph captures wait until the main thread waits for it
+(chunk_graphs.hold_captures). Why a thread, and why a process too:
+docs/decisions.md (overlapped rollout). Resume is refused: a checkpoint
+after iteration k holds W_k+1, not the W_k the next rollout samples with.
 """
 import contextlib
+import dataclasses
 import os
 import sys
 import threading
@@ -39,6 +23,70 @@ import time
 import torch
 
 from r1 import chunk_graphs
+
+
+@dataclasses.dataclass
+class Rollout:
+    """One iteration's episodes and how they were played."""
+    trajectories: list
+    lag: int = 0  # updates between the weights that sampled them and those they train: 0 or 1
+    seconds: float = 0.0  # the play's own wall time
+    cpu_seconds: float | None = None  # its CPU seconds where it ran in the background, else None
+    graphs: tuple | None = None  # Actor.graph_counts it added (None: no chunk graphs)
+    deferred: int = 0  # CUDA graph captures it deferred (chunk_graphs.hold_captures)
+    idle_seconds: float | None = None  # the rollout process's time before it (rollout_process.Handle)
+
+
+class Rollouts:
+    """Iteration k's episodes from `actor` (Actor or RemoteActor: refresh, counted_play, start, cancel, close).
+    `request(it, version)` -> (rows, n, sampling, run): what to play for iteration `it` on weights of `version`;
+    `ahead`: overlap, iteration k+1's play starts during iteration k when get's `more()` says there is one."""
+
+    def __init__(self, actor, request, ahead: bool):
+        self.actor, self.request, self.ahead = actor, request, ahead
+        self.pending = None  # the next iteration's play, started during this one
+
+    def get(self, it: int, policy, more=lambda: True) -> Rollout:
+        """Iteration it's episodes: the play started during iteration it - 1, else played now on policy's
+        weights; then (ahead) iteration it + 1's play starts on policy's weights before this update. The
+        rollout process takes that request while iteration it's play still runs, so it is asked for before
+        that play is waited for; a thread's play has ended before the refresh (Actor.refresh waits)."""
+        done, self.pending = self.pending, None
+        if done is None:  # nothing in flight (train.overlap 0, or this process's first iteration): play now
+            self.actor.refresh(policy)
+            t0 = time.time()
+            played, graphs, deferred = self._ask(self.actor.counted_play, it, it)
+            now = Rollout(played, 0, time.time() - t0, None, graphs, deferred, None)
+        if self.ahead and more():
+            if done is not None:  # the weights moved since that play was asked for
+                self.actor.refresh(policy)
+            self.pending = self._ask(self.actor.start, it + 1, it)
+        if done is None:
+            return now
+        played, graphs, deferred = done.result()  # decoded here while the next play runs (the process's)
+        return Rollout(played, 1, done.seconds, done.cpu_seconds, graphs, deferred, done.idle_seconds)
+
+    def _ask(self, play, it: int, version: int):
+        rows, n, sampling, run = self.request(it, version)
+        return play(rows, n, sampling, **run)
+
+    def wait(self):
+        """Let the play in flight finish (its outcome kept for get): the actor is free, e.g. to evaluate."""
+        if self.pending is not None:
+            self.pending.wait()
+
+    def cancel(self):
+        """Stop the play in flight at its next chunk and drop its episodes."""
+        if self.pending is not None:
+            self.pending = None
+            self.actor.cancel()
+
+    def close(self):
+        """cancel, then close the actor (its paused episodes' environments; the rollout process)."""
+        try:
+            self.cancel()
+        finally:
+            self.actor.close()
 
 
 def set_switch_interval():
@@ -105,8 +153,3 @@ class Background:
     def wait(self):
         """Join without taking the result (an error stays for result())."""
         self._join()
-
-    def ok(self) -> bool:
-        """Join; whether result() will return (rather than raise)."""
-        self._join()
-        return self._err is None

@@ -40,9 +40,8 @@ def maybe_profile(run_dir: str, iteration: int, rank: int = 0):
     and writes its own (rank 0 profile_iterN.txt, rank r profile_iterN_rank<r>.txt), so no rank waits in
     a collective for minutes while another sorts out its events.
 
-    Yields a dict whose "report_s" is the time spent on the report after the body: the profiler's
-    events of a whole GSM8K-tool iteration take one to three minutes of host time to sort out (H200 host,
-    SmolLM2-135M), which the trainer leaves out of its clock (train.time_limit, time_elapsed)."""
+    Yields a dict whose "report_s" is the time spent on the report after the body (minutes for a big
+    iteration), which the trainer leaves out of its clock (train.time_limit, time_elapsed)."""
     out = {"report_s": 0.0}
     if not wanted(iteration):
         yield out

@@ -2,45 +2,16 @@
 
 Owns playing episodes: each holds one generator slot for its whole life, so
 its KV cache survives between steps and an append-policy step prefills only
-the new observation tokens. At most `slots` episodes are alive; when one
-ends the next pending episode takes its slot (continuous batching across
-episodes), and a finished step's next step joins the running batch.
-
-Environment steps run on the loop's thread while the GPU decodes: with the
-generator's overlap (CUDA) each `Generator.step` launches the next chunk
-and collects the previous one, and the loop steps the environments of the
-turns that ended there and queues their next prompts; without it (CPU,
-kernels.launch_ahead=false) the environments step between launch() and finish(). Chunks
-are short here (`sync_every`, 4 steps with overlap) so a turn that ends
-mid-chunk waits little for its observation; `workers > 0` keeps a thread
-pool for environments that block on I/O (the GIL makes it lose for
-compute-bound ones). Why: docs/decisions.md, "The agent loop's chunks".
-
-`run(samples, n)` plays n episodes per sample (a group, for GRPO/RLOO) and
-returns trajectories ordered by (sample, index). Results depend only on the
-samples, the sampling seed and the episode uids, not on scheduling, because
-the generator's noise is keyed by (seed, uid, position) (r1/generate.py).
-`stop` (a threading.Event) cancels a run between chunks with `Cancelled`: the
-trainer sets it when it stops while train.overlap's next rollout still plays.
-
-`carry_tokens` (rollout.carry_tokens) cuts the rollout's tail: a rollout
-lasts about as many decode steps as its longest episode, and most of its
-rows have ended long before (docs/decisions.md, "Keys measured and left off": a batch is 36-41% full over its
-decode steps). An episode that has sampled at least that many tokens in
-this run pauses at its next step boundary: its slot is freed (its cache
-was computed by these weights), and the environment, the trajectory and
-its next prompt wait in the loop for the next run with `carry`, which
-submits them first, on that run's weights. Every step stays a transition
-of exact token ids with the logprobs and `policy_version` of the weights
-that sampled it, so an episode may span rollouts of several versions
-(decoupled PPO weighs each token by its own sampler's logprob). The rule is
-per episode, so which episodes pause does not depend on batching. With
-`whole_groups` (a group baseline: GRPO, RLOO) an ended episode is held until
-every episode of its group has ended, and a run returns whole groups only;
-without it, an episode is returned when it ends. Groups must then be
-numbered uniquely across runs (the trainer offsets them by iteration).
-A run without `carry` (evaluation) neither resumes nor disturbs what waits;
-`drop_carried()` ends it (a run that raised drops it too).
+the new observation tokens; when one ends the next pending episode takes its
+slot (continuous batching). Environment steps run on the loop's thread while
+the generator decodes the next chunk (short chunks, `sync_every`, so a turn
+that ends mid-chunk waits little); `workers > 0` keeps a thread pool for
+environments that block on I/O. `run(samples, n)` returns trajectories
+ordered by (sample, index) that depend only on the samples, the sampling
+seed and the episode uids, not on scheduling: the generator's noise is keyed
+by (seed, uid, position) (r1/generate.py). `stop` cancels a run between
+chunks (`Cancelled`); `carry_tokens` pauses long episodes into the next run
+(AgentEnvLoop). Measurements behind these choices: docs/decisions.md.
 """
 import threading
 import warnings
@@ -58,6 +29,25 @@ class Cancelled(Exception):
 
 
 class AgentEnvLoop:
+    """Plays episodes with one generator. Without the generator's overlap (CPU, R1_OVERLAP=0) the
+    environments step between launch() and finish(); with it each `Generator.step` launches the next chunk
+    and collects the previous one (4 decode steps a chunk). The trainer sets `stop` when it stops while
+    train.overlap's next rollout still plays.
+
+    `carry_tokens` (rollout.carry_tokens) cuts the rollout's tail: a rollout lasts about as many decode
+    steps as its longest episode, while most rows ended long before. An episode that has sampled at least
+    that many tokens in this run pauses at its next step boundary: its slot is freed (its cache was computed
+    by these weights), and the environment, the trajectory and its next prompt wait for the next run with
+    `carry`, which submits them first, on that run's weights. Every step stays a transition of exact token
+    ids with the logprobs and `policy_version` of the weights that sampled it, so an episode may span
+    rollouts of several versions (decoupled PPO weighs each token by its own sampler's logprob). The rule is
+    per episode, so which episodes pause does not depend on batching. With `whole_groups` (a group
+    baseline: GRPO, RLOO) an ended episode is held until every episode of its group has ended, and a run
+    returns whole groups only; without it, an episode is returned when it ends. Groups must then be
+    numbered uniquely across runs (the trainer offsets them by iteration). A run without `carry`
+    (evaluation) neither resumes nor disturbs what waits; `drop_carried()` ends it (a run that raised
+    drops it too)."""
+
     def __init__(self, generator, tokenizer, make_env, max_new_tokens: int, workers: int = 0,
                  sync_every: int | None = None):
         self.gen, self.tok, self.make_env = generator, tokenizer, make_env
@@ -76,7 +66,7 @@ class AgentEnvLoop:
         trainer passes global prompt indices so uids, and with them the sampling noise,
         do not depend on how prompts were dealt to ranks. carry_tokens > 0: first resume the
         episodes earlier runs paused, and pause any episode that samples that many tokens in
-        this run (module docstring); whole_groups: return whole groups only."""
+        this run (the class docstring); whole_groups: return whole groups only."""
         groups = list(range(len(samples))) if groups is None else list(groups)
         todo = [(groups[k], i, s) for k, s in enumerate(samples) for i in range(n)]
         todo.reverse()  # pop() from the end keeps sample order

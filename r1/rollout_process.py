@@ -1,63 +1,18 @@
-"""train.overlap: 2, the rollout in a process of its own: train.overlap 1 without the two threads taking turns.
+"""train.overlap: 2, the rollout in a process of its own: train.overlap 1 without two threads taking turns.
 
-Why a process: with train.overlap 1 the rollout thread and the main thread
-share one interpreter (and one CUDA context). Profiled on one H200 at 135M
-(docs/decisions.md, "The rollout in a process of its own"), the two used 1.07 cores together on a 16-core
-host and the GPU was idle half of the overlapped iteration: they took turns.
-A process has an interpreter and a CUDA context of its own.
-
-What crosses the boundary, and why it stays exact:
-- the weights: the trainer keeps its generator copy (r1/actor.py) and
-  refreshes it as before, once an iteration; that copy's tensors are shared
-  with the child (CUDA IPC on a GPU, shared memory on a CPU), and the child
-  copies them into its own generator model at the start of a play that
-  follows a refresh (a count travels with each request), so
-  the child's layout (fused projections, CUDA graphs' fixed addresses) is its
-  own business. The trainer synchronizes its stream before it asks for a
-  play. The child reads the copy only there, so the trainer may refresh it
-  while a play runs once that play has read it (a shared count says so;
-  RemoteActor.refresh waits for it);
-- a play request: the prompts, n, the Sampling and AgentEnvLoop.run's
-  arguments. One may wait behind the play that runs: the trainer refreshes
-  and asks for iteration k+1's play before it waits for k's episodes
-  (r1/trainer.overlapped_rollout), and the child starts it the moment k's
-  are sent, so in a rollout-bound run the trainer's side of the hand-over
-  (taking the reply, the refresh, the request) is off the child's path. A
-  reader thread in the child takes requests off the pipe as they come, so
-  neither side blocks on a full pipe. The episodes come back pickled, as
-  bytes inside the reply, so that the trainer decodes them while the next
-  play runs (a rollout's 512 episodes are about 4 MB, every step holding its
-  whole prompt's ids; unpickling them took tens of ms: docs/decisions.md). The sampling noise is keyed by
-  (seed, uid, position) (r1/generate.py), so a seed's trajectories are the
-  ones the trainer's own actor plays, whichever process plays them (a test;
-  on a CPU where both run as many threads, since a CPU matmul's rounding
-  depends on the count, and the two split the trainer's threads: below);
-- errors: the child's exception comes back as itself where it pickles (a
-  task's TaskError stays one line in train.py), its traceback as the cause;
-  a child that dies is reported with its exit code, never a hang. The child
-  ignores Ctrl-C from its start (the trainer stops it: loop.stop, then close) and ends with
-  its parent (Linux: PR_SET_PDEATHSIG).
-
-The child is started once (spawn: a CUDA context cannot be forked) and plays
-every rollout and every held-out evaluation; the trainer builds no actor of
-its own, so the KV cache lives only in the child. It costs a second
-generator copy and a CUDA context (the memory plan counts both); under
-run.memory_fraction < 1 the child is capped at its planned share and the
-trainer at the rest; on a CPU the two split the trainer's torch threads
-(each at torch's default, every core, both busy at once: an iteration took
-twice the synchronous one; split, about the same). Under torchrun each rank has its own: the refresh's
-gather stays a collective of the trainers, the processes hold no process
-group. The child is a daemon, so an environment cannot
-start processes of its own there.
-
-What it can and cannot buy on a GPU: the host work of the two (the agent
-loop's Python, the update's launches) runs in parallel, which the profile
-says is the limit at 135M. Without MPS, two processes' kernels do not run
-side by side on one GPU the way two streams of one process can: the GPU
-time-slices between their contexts. Measured on one H200 (docs/results.md, "Iteration time"):
-the host's gain outweighs it, PPO 1.08x and GRPO 1.32x the synchronous
-iteration at 135M, the GPU then busy nearly all of it. The trainer's own metrics (peak_mem_gb,
-alloc_retries, R1_PROFILE) see its process only.
+`RemoteActor` has r1/actor.Actor's methods (refresh, play, counted_play,
+start, cancel, close) with the plays in a child process, which has an
+interpreter and a CUDA context of its own. The trainer's generator copy is
+shared with the child (CUDA IPC, or shared memory on a CPU); the child copies
+it into its own model at the start of a play that follows a refresh, so a
+refresh may come while a play runs once that play has read it. One play may
+wait behind the running one: the child starts it the moment the first's
+episodes are sent (pickled, decoded by the trainer while the next plays).
+The sampling noise is keyed by (seed, uid, position), so the child plays the
+episodes the trainer's own actor would. Errors come back as themselves where
+they pickle; a child that dies is reported with its exit code, never a hang;
+the child ignores Ctrl-C and ends with its parent. On a CPU the two processes
+split the trainer's torch threads. Measurements: docs/decisions.md.
 """
 from __future__ import annotations
 
@@ -127,16 +82,17 @@ class Handle:
         raise cause
 
 
-class _Stop:
-    """The trainer's view of the child's loop: `loop.stop` as r1/rollout.AgentEnvLoop has it."""
-
-    def __init__(self, event):
-        self.stop = event
-
-
 class RemoteActor:
-    """An Actor (r1/actor.py) whose plays run in a child process; the same `refresh`, `play` and `loop.stop`,
-    plus `start` (a play in flight: Handle, which returns the child's own graph counts) and `close`."""
+    """An Actor (r1/actor.py) whose plays run in a child process: the same refresh, play, counted_play, start
+    (a play in flight: Handle, with the child's own graph counts), cancel and close; `stop` cancels the plays
+    in flight (the child's AgentEnvLoop.stop).
+
+    The child is started once (spawn: a CUDA context cannot be forked) and plays every rollout and held-out
+    evaluation, so the KV cache lives only there; it is a daemon, so an environment cannot start processes
+    of its own in it. It costs a second generator copy and a CUDA context (the memory plan counts both;
+    remote_actor splits run.memory_fraction). Under torchrun each rank has its own, and the refresh's gather
+    stays a collective of the trainers. The trainer's own metrics (peak_mem_gb, alloc_retries, R1_PROFILE)
+    see its process only."""
 
     def __init__(self, cfg: Config, tok, model, slots: int, d, child_fraction: float = 1.0):
         self.cfg, self.tok, self.model, self.d = cfg, tok, model, d
@@ -145,7 +101,7 @@ class RemoteActor:
         self._refreshes = 0  # sent with each play: the child copies the shared weights when it moved
         self._sent = 0  # plays asked for; the child counts those done reading the shared copy in _taken
         ctx = mp.get_context("spawn")
-        self.loop = _Stop(ctx.Event())
+        self.stop = ctx.Event()
         self._taken = ctx.RawValue("q", 0)
         # on a CPU the two processes split this one's threads (as many each, both busy at once, was twice as
         # slow as the synchronous loop: docs/decisions.md); close() gives them back
@@ -156,7 +112,7 @@ class RemoteActor:
             torch.set_num_threads(max(1, self._threads - threads))
         self._conn, child = ctx.Pipe()
         self._proc = ctx.Process(target=_child, name="r1-rollout", daemon=True,
-                                 args=(cfg, model.cfg, slots, str(d.device), child_fraction, child, self.loop.stop,
+                                 args=(cfg, model.cfg, slots, str(d.device), child_fraction, child, self.stop,
                                        self._taken, threads))
         try:
             with sigint_ignored():  # inherited: a Ctrl-C while the child imports torch is not its traceback
@@ -184,20 +140,20 @@ class RemoteActor:
         return bool(self._inflight)
 
     def refresh(self, policy):
-        """Copy the policy's weights into the shared generator copy (r1/actor.Actor.refresh). The child reads
+        """Copy the policy's weights into the shared generator copy (r1/actor.copy_weights). The child reads
         the copy only at the start of a play, so a refresh may come while a play runs, once that play has
         read it (waited for here: a play asked for is taken as soon as the one before it ends); not with a
         play queued behind another, whose weights would change before it starts."""
         if len(self._inflight) > 1:
             raise RuntimeError("RemoteActor.refresh with a play queued behind another: wait for the first "
-                               "(r1/overlap.py)")
+                               "(r1/overlap.Rollouts)")
         while self._taken.value < self._sent:  # the play in flight has not read the shared copy yet
             if not self._proc.is_alive():
                 raise RolloutProcessError(self._died())
             time.sleep(0.001)
-        from r1.actor import Actor
+        from r1.actor import copy_weights
 
-        Actor.refresh(self, policy)
+        copy_weights(self.cfg, self.model, policy)
         self._refreshes += 1
 
     def start(self, rows: list, n: int, sampling, **run) -> Handle:
@@ -217,6 +173,19 @@ class RemoteActor:
 
     def play(self, rows: list, n: int, sampling, **run) -> list:
         return self.start(rows, n, sampling, **run).result()[0]
+
+    def counted_play(self, rows: list, n: int, sampling, **run) -> tuple:
+        """play -> (episodes, graph counts it added, captures deferred), as the child counted them."""
+        return self.start(rows, n, sampling, **run).result()
+
+    def cancel(self):
+        """Cancel the plays in flight (each ends at its next chunk) and take their replies."""
+        self.stop.set()
+        try:
+            while self._inflight:  # cancelled, done or died, each: the child is free again
+                self._collect()
+        finally:
+            self.stop.clear()
 
     def _collect(self):
         """The oldest play's reply, into its Handle."""
@@ -244,14 +213,11 @@ class RemoteActor:
         return f"the rollout process died (exit code {self._proc.exitcode})"
 
     def close(self):
-        """Stop the child: a play in flight is cancelled (loop.stop) and its reply drained, so the child is not
-        left blocked sending it; then it is asked to end, and killed if it does not within 30 s."""
+        """Stop the child: a play in flight is cancelled and its reply drained, so the child is not left
+        blocked sending it; then it is asked to end, and killed if it does not within 30 s."""
         if self._proc.is_alive() and not self._broken:
             if self._busy:
-                self.loop.stop.set()
-                while self._inflight:  # cancelled, done or died, each: the child is free again
-                    self._collect()
-                self.loop.stop.clear()
+                self.cancel()
             try:
                 self._conn.send(("close",))
             except OSError:
@@ -267,6 +233,18 @@ class RemoteActor:
         if self._threads:
             torch.set_num_threads(self._threads)
             self._threads = None
+
+
+def remote_actor(cfg: Config, tok, model, plan, d) -> RemoteActor:
+    """train.overlap 2's actor for the memory plan `plan`. Under run.memory_fraction < 1 on CUDA the fraction
+    is split: the process is capped at its planned share, this one at the rest (memory.split_fraction)."""
+    from r1 import memory
+
+    fraction, child = cfg.run.memory_fraction, 1.0
+    if d.device.type == "cuda" and fraction < 1:
+        mine, child = memory.split_fraction(plan, fraction, torch.cuda.mem_get_info(d.device)[1])
+        torch.cuda.set_per_process_memory_fraction(mine, d.device)
+    return RemoteActor(cfg, tok, model, plan.slots, d, child)
 
 
 def _copy_into(model, shared: dict):

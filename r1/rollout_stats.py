@@ -29,7 +29,7 @@ def summarize(stats: list) -> dict:
            "malformed_rate": sum(s["malformed_steps"] for s in stats) / max(turns, 1),
            "mean_response_len": mean("response_len"),
            # the longest episode's response tokens: a rollout runs its episodes side by side, so the batch lasts
-           # about as many decode steps as its longest episode has tokens (issue 31: the rollout's tail)
+           # about as many decode steps as its longest episode has tokens (the rollout's tail)
            "max_response_len": max(s["response_len"] for s in stats)}
     for reason in sorted({s["termination"] for s in stats}):
         out[f"term_{reason}"] = sum(s["termination"] == reason for s in stats) / n

@@ -1,23 +1,16 @@
 """The RL loop: rollout -> score -> credit -> update -> log, and the run around it (resume, checkpoints, export).
 
 One iteration (`iteration`):
-1. rollout: the actor (r1/actor.py) plays this rank's prompts on the
-   current weights (train.overlap: 1, on the weights one update back,
-   started during the previous iteration: r1/overlap.py);
-2. score: the learner (r1/learner.py) runs one packed forward per model:
-   the policy's old logprobs, the reference's, the critic's values;
-3. credit: advantages and critic targets (r1/credit.py, with the estimator
-   of r1/algos/estimators.ESTIMATORS; batch statistics are global);
+1. rollout: this rank's prompts played on the current weights, or on those one update back, started
+   during the last iteration (train.overlap): r1/overlap.Rollouts, with the actor of r1/actor.py;
+2. score: the learner (r1/learner.py) runs one packed forward per model: the policy's old logprobs,
+   the reference's, the critic's values;
+3. credit: advantages and critic targets (r1/credit.py; batch statistics are global);
 4. update: the learner's PPO epochs and optimizer steps;
-5. log: metrics reduced over ranks (rank 0 logs the global batch's
-   numbers), trajectories; `fit` adds the held-out evaluation it is handed
-   and the checkpoint.
-
-This module owns the order of those steps and the state that spans
-iterations (the iteration count, the running reward moments, the metrics
-logger, the trajectory writer); each step's work lives in its own module.
-Prompts are dealt to ranks whole: the n samples of a prompt (a group) are
-generated and scored on one rank.
+5. log: the batch's metrics and the clocks (r1/telemetry.py), reduced over ranks; the trajectories.
+`fit` adds the held-out evaluation it is handed and the checkpoint. This module owns the order of
+those steps and the state that spans iterations (the count, the running reward moments, the logger,
+the trajectory writer). Prompts are dealt to ranks whole: a prompt's n samples stay on one rank.
 """
 from __future__ import annotations
 
@@ -29,7 +22,7 @@ import warnings
 
 import torch
 
-from r1 import checkpoint, chunk_graphs, disk, distributed, memory, packing
+from r1 import checkpoint, disk, distributed, memory, packing
 from r1.atomic import describe_os_error
 from r1.actor import Actor, generator_model
 from r1.algos.estimators import ESTIMATORS
@@ -40,14 +33,13 @@ from r1.generate import Sampling
 from r1.identity import run_identity
 from r1.learner import Learner, build_models
 from r1.logger import Logger, cpu_cost_line
-from r1.model import eager_fallbacks
-from r1.overlap import Background
-from r1.profiler import maybe_profile, phase, wanted
-from r1.rollout_process import RemoteActor
-from r1.rollout_stats import summarize, traj_stats
+from r1.overlap import Rollout, Rollouts
+from r1.profiler import maybe_profile, wanted
+from r1.rollout_process import remote_actor
 from r1.run import check_paths, check_run_dir, create_run_dir, resolve_dtype, run_tokenizer
 from r1.tasks.data import epoch_order, load_rows, rl_rows
 from r1.tasks.registry import check_reset
+from r1.telemetry import Telemetry, episode_metrics
 from r1.trajectory import Saver, check_episodes, iter_path
 
 
@@ -103,7 +95,7 @@ class Trainer:
             resumed = path
         # train.overlap 2: the actor plays in a process of its own (r1/rollout_process.py), started before
         # run.dir exists, so that a failure to start leaves nothing behind
-        remote = self.rollout_process(rollout_model) if cfg.train.overlap == 2 else None
+        remote = remote_actor(cfg, self.tok, rollout_model, self.plan, self.d) if cfg.train.overlap == 2 else None
         try:
             create_run_dir(cfg, self.d, run_identity(cfg, self.train_rows))
         except BaseException:
@@ -119,19 +111,9 @@ class Trainer:
             self.logger.say(f"RL prompts from {len(self.rl_rows)} of the {len(self.train_rows)} training rows "
                             f"(data.rl_max_difficulty={cfg.data.rl_max_difficulty})")
         self.saver = Saver()  # trajectory files, written in the background
-        self.pending = None  # train.overlap: the next iteration's rollout, running (r1/overlap.py)
+        self.rollouts = Rollouts(self.actor, self.request, ahead=bool(cfg.train.overlap))
+        self.telemetry = Telemetry(cfg, self.d)
         self.fit_start = self.last_iter_s = None  # fit's clock, for train.time_limit with train.overlap
-        self.alloc_retries = 0  # CUDA: the caching allocator's free-and-retry count so far
-        self.fallbacks = eager_fallbacks()  # train.overlap: compiled-op calls that ran eager (r1/model._compile)
-
-    def rollout_process(self, rollout_model) -> RemoteActor:
-        """train.overlap 2's actor. Under run.memory_fraction < 1 on CUDA the fraction is split: the process
-        is capped at its planned share, this one at the rest (memory.split_fraction)."""
-        fraction, child = self.cfg.run.memory_fraction, 1.0
-        if self.device.type == "cuda" and fraction < 1:
-            mine, child = memory.split_fraction(self.plan, fraction, torch.cuda.mem_get_info(self.device)[1])
-            torch.cuda.set_per_process_memory_fraction(mine, self.device)
-        return RemoteActor(self.cfg, self.tok, rollout_model, self.plan.slots, self.d, child)
 
     # -- step 1: rollout -----------------------------------------------------
     def prompts_for(self, it: int) -> list:
@@ -143,13 +125,8 @@ class Trainer:
             idx.append(epoch_order(len(rows), f"{self.cfg.run.seed}:{epoch}")[j])
         return [rows[i] for i in idx[self.d.rank::self.d.world]]
 
-    def rollout(self, it: int) -> list:
-        """This rank's episodes of iteration `it`, on the current weights, checked (check_episodes)."""
-        self.actor.refresh(self.learner.policy)
-        return self.check_episodes(self.play(it, policy_version=it), it)
-
-    def play_args(self, it: int, policy_version: int) -> tuple:
-        """Actor.play's arguments for this rank's episodes of iteration `it`: (rows, n, sampling, run)."""
+    def request(self, it: int, policy_version: int) -> tuple:
+        """What the actor plays for this rank's episodes of iteration `it`: (rows, n, sampling, run)."""
         r = self.cfg.rollout
         sampling = Sampling(r.temperature, r.top_p, r.top_k, seed=hash((self.cfg.run.seed, it)) % 2**31)
         groups = range(self.d.rank, r.prompts, self.d.world)  # global prompt indices of this rank's prompts
@@ -159,59 +136,11 @@ class Trainer:
                        carry_tokens=r.carry_tokens, whole_groups=self.whole_groups)
         return self.prompts_for(it), r.n, sampling, run
 
-    def play(self, it: int, policy_version: int) -> list:
-        """This rank's episodes of iteration `it` on the generator's weights as they are (no collective)."""
-        rows, n, sampling, run = self.play_args(it, policy_version)
-        return self.actor.play(rows, n, sampling, **run)
-
-    def start_play(self, it: int, version: int):
-        """counted_play(it, version) in flight: a thread (train.overlap 1) or the rollout process (2); its
-        result() is counted_play's, its seconds and cpu_seconds the play's own."""
-        if isinstance(self.actor, RemoteActor):
-            rows, n, sampling, run = self.play_args(it, version)
-            return self.actor.start(rows, n, sampling, **run)
-        return Background(lambda: self.counted_play(it, version), self.device)
-
-    def overlapped_rollout(self, it: int) -> tuple:
-        """train.overlap: 1 (r1/overlap.py): iteration it's episodes (started during iteration it - 1; the
-        first iteration of a process plays them now), then the start of iteration it + 1's on the weights
-        before this iteration's update -> (checked episodes, the rollout's own seconds, updates it lags, the
-        rollout thread's CPU seconds or None when this iteration played its own rollout, and counted around
-        the play itself, wherever it ran: its Actor.graph_counts and CUDA graph captures deferred, and the
-        rollout process's time before the play: Handle.idle_seconds, else None).
-
-        The rollout process (train.overlap 2) takes iteration it + 1's request while iteration it's play still
-        runs, so it is refreshed and asked for before that play is waited for: the process starts it the
-        moment it has sent iteration it's episodes (r1/rollout_process.py). The same weights, prompts and
-        seeds either way, so the same episodes."""
-        done = self.pending  # the rollout started during the last iteration, if any
-        if done is None:
-            self.actor.refresh(self.learner.policy)
-            t0 = time.time()
-            (played, graphs, deferred), lag = self.counted_play(it, it), 0
-            seconds, cpu, idle = time.time() - t0, None, None
-        else:
-            self.pending, lag = None, 1
-            if not isinstance(self.actor, RemoteActor) and not done.ok():  # failed: raise before anything starts
-                done.result()
-        if it + 1 < self.cfg.train.steps and not self.ends_the_run():
-            if done is not None:  # the thread's play is done; the process's has read its copy (refresh waits)
-                self.actor.refresh(self.learner.policy)
-            self.actor.loop.stop.clear()
-            self.pending = self.start_play(it + 1, it)
-        if done is not None:  # decoded while the next rollout plays (the rollout process sends them pickled)
-            (played, graphs, deferred), seconds, cpu = done.result(), done.seconds, done.cpu_seconds
-            idle = done.idle_seconds
-        return self.check_episodes(played, it), seconds, lag, cpu, graphs, deferred, idle
-
-    def counted_play(self, it: int, version: int) -> tuple:
-        """play(it) on weights of `version` -> (episodes, the Actor.graph_counts it added, the CUDA graph
-        captures it deferred: chunk_graphs.hold_captures)."""
-        if isinstance(self.actor, RemoteActor):  # the process counts its own
-            return self.start_play(it, version).result()
-        graphs, deferred = self.actor.graph_counts(), chunk_graphs.deferred()
-        played = self.play(it, policy_version=version)
-        return played, self.actor.graph_counts(since=graphs), chunk_graphs.deferred() - deferred
+    def rollout(self, it: int) -> Rollout:
+        """Step 1: this rank's episodes of iteration `it` (r1/overlap.Rollouts), checked (check_episodes)."""
+        got = self.rollouts.get(it, self.learner.policy, more=lambda: it + 1 < self.cfg.train.steps
+                                and not self.ends_the_run())
+        return dataclasses.replace(got, trajectories=self.check_episodes(got.trajectories, it))
 
     def ends_the_run(self) -> bool:
         """train.time_limit with train.overlap: whether this iteration will likely pass the limit (time so far
@@ -253,25 +182,17 @@ class Trainer:
     # -- one iteration ---------------------------------------------------------
     def iteration(self, it: int) -> dict:
         """Steps 1-5 of the module docstring for iteration `it`; returns its metrics."""
-        algo, d = self.cfg.algo, self.d
-        t0 = time.time()
-        graphs = None if self.cfg.train.overlap else self.actor.graph_counts()  # overlap: counted around the play
-        with phase("r1.rollout"):  # 1. rollout
-            if self.cfg.train.overlap:
-                played, t_play, lag, cpu_play, graphs, deferred, idle = self.overlapped_rollout(it)
-            else:
-                played = self.rollout(it)
-        t_roll = time.time() - t0
-        if not self.cfg.train.overlap:
-            graphs = self.actor.graph_counts(since=graphs)
+        algo, d, clock = self.cfg.algo, self.d, self.telemetry
+        clock.begin()
+        with clock.phase("rollout"):  # 1. rollout
+            rollout = self.rollout(it)
+        played = rollout.trajectories
         trajs = self.trained_trajectories(played)
-        t1, c1 = time.time(), time.thread_time()
-        with phase("r1.score"):  # 2. score and 3. credit (time_score covers both)
+        with clock.phase("score"):  # 2. score and 3. credit (time_score covers both)
             plan = packing.plan(trajs, algo.minibatches, self.plan.micro_tokens, self.device,
                                 self.cfg.train.share_prefix)
             # FSDP: every rank runs as many micro-batches per mini-batch as the busiest rank (fillers)
             fillers = [int(distributed.all_max(len(mini), d)) - len(mini) for mini in plan.minibatches]
-            # the old logprobs: the update's own (reused) or the sampler's (from_sampler), else scored here
             reused, from_sampler = self.learner.reuses_logprobs(it), self.learner.old_from_sampler(it)
             scores = self.learner.score(plan.micro_batches, sum(fillers), policy=not (reused or from_sampler))
             rewards = normalized_rewards(step_rewards(trajs), self.reward_moments, algo.normalize_reward, d,
@@ -281,63 +202,14 @@ class Trainer:
             if from_sampler:
                 batch = dataclasses.replace(batch, old_logp=sampler_logp)
             credit = compute_credit(batch, algo)
-        t_score, c_main = time.time() - t1, time.thread_time() - c1
-        metrics = self.rollout_metrics(played)
-        if self.cfg.rollout.carry_tokens:  # episodes that paused in an earlier rollout and resumed in a later one
-            spans = sum(t.meta.get("rollouts", 1) > 1 for t in played)
-            counts = distributed.all_sum(torch.tensor([float(spans), float(len(played))]), d)
-            metrics["carried_frac"] = float(counts[0] / counts[1].clamp(min=1))
-        if algo.drop_uniform_groups:
-            kept = distributed.all_sum(torch.tensor([float(len(trajs)), float(len(played))]), d)
-            metrics["trained_frac"] = float(kept[0] / kept[1].clamp(min=1))
+        metrics = episode_metrics(self.cfg, played, trajs, d)
         metrics.update(score_metrics(batch, credit, sampler_logp, d, gap=not (reused or from_sampler)))
-        t2, c2 = time.time(), time.thread_time()
-        with phase("r1.update"):  # 4. update
+        with clock.phase("update"):  # 4. update
             metrics.update(self.learner.update(plan, fillers, scores, credit, sampler_logp, it))
-        t_train, c_main = time.time() - t2, c_main + time.thread_time() - c2  # c_main: score + update
-        # 5. log: throughput, memory, the trajectories
-        n_roll = sum(len(s.response_ids) for t in played for s in t.steps)
-        n_train = sum(mb.num_tokens for mb in plan.micro_batches)  # computed: a shared prompt counts once
-        if self.cfg.train.share_prefix:  # of the tokens packed whole, the share not recomputed
-            shared = distributed.all_sum(torch.tensor([float(sum(mb.shared_tokens for mb in plan.micro_batches)),
-                                                       float(n_train)]), d)
-            metrics["shared_prefix_frac"] = float(shared[0] / (shared[0] + shared[1]).clamp(min=1))
-        if self.cfg.train.overlap:  # time_rollout: what the iteration waited; the rollout ran t_play
-            # compiled-op calls run eager while the other thread compiled (r1/model._compile): 0 once warm
-            fallbacks = eager_fallbacks()
-            metrics.update(time_rollout_play=t_play, policy_lag=float(lag),
-                           eager_op_fallbacks=float(fallbacks - self.fallbacks), cpu_main_s=c_main,
-                           captures_deferred=float(deferred))
-            if cpu_play is not None:  # CPU seconds of each thread: with the wall times, who waited
-                metrics["cpu_rollout_s"] = cpu_play
-            if idle is not None:  # train.overlap 2: the process's time between its plays
-                metrics["rollout_idle_s"] = idle
-            self.fallbacks = fallbacks
-            t_roll_tok = t_play
-        else:
-            t_roll_tok = t_roll
-        metrics.update(
-            time_rollout=t_roll, time_score=t_score, time_train=t_train, lr=self.learner.sched.get_last_lr()[0],
-            rollout_tok_s=float(distributed.all_sum(n_roll, d)) / max(t_roll_tok, 1e-9),
-            **({} if graphs is None else {"rollout_eager_chunks": graphs[0], "rollout_graph_captures": graphs[1]}),
-            train_tok_s=float(distributed.all_sum(n_train, d)) * algo.ppo_epochs / max(t_train, 1e-9),
-        )
-        if self.device.type == "cuda":
-            metrics["peak_mem_gb"] = torch.cuda.max_memory_allocated() / 2**30
-            torch.cuda.reset_peak_memory_stats()
-            # the allocator hit the memory cap (run.memory_fraction) and freed its cache to retry: each retry
-            # synchronizes the device, a suspect for small micro-batches under a tight cap (docs/decisions.md, "Micro-batch size")
-            retries = torch.cuda.memory_stats().get("num_alloc_retries", 0)
-            metrics["alloc_retries"] = retries - self.alloc_retries
-            self.alloc_retries = retries
+        metrics.update(clock.metrics(rollout, plan, lr=self.learner.sched.get_last_lr()[0]))  # 5. log
         self.save_trajectories(played, it)
-        metrics["time_other"] = time.time() - t0 - t_roll - t_score - t_train  # this iteration outside its phases
+        metrics["time_other"] = clock.other()
         return metrics
-
-    def rollout_metrics(self, trajs) -> dict:
-        """The batch summary (r1/rollout_stats.py) of every rank's episodes."""
-        rows = distributed.gather_objects([traj_stats(t) for t in trajs], self.d)
-        return summarize([r for rs in rows for r in rs])
 
     def save_trajectories(self, played: list, it: int):
         """log.trajectories: every rank's episodes in one file, written while the next iteration runs."""
@@ -351,8 +223,7 @@ class Trainer:
     def held_out(self, evaluate) -> dict:
         """evaluate(actor) on the current weights, as eval_<key> metrics (its numbers only). A rollout in
         flight (train.overlap) finishes first: the evaluation refreshes the generator it samples with."""
-        if self.pending is not None:
-            self.pending.wait()
+        self.rollouts.wait()
         self.actor.refresh(self.learner.policy)
         return {f"eval_{k}": v for k, v in evaluate(self.actor).items() if isinstance(v, (int, float))}
 
@@ -418,15 +289,7 @@ class Trainer:
                     self.learner.export()
             failed = False
         finally:
-            if self.pending is not None:  # stopped early (an error, Ctrl-C): cancel the rollout, drop its episodes
-                self.actor.loop.stop.set()  # it ends at its next chunk (rollout.Cancelled), not after every episode
-                self.pending.wait()
-                self.actor.loop.stop.clear()
-                self.pending = None
-            if isinstance(self.actor, RemoteActor):
-                self.actor.close()
-            else:  # rollout.carry_tokens: the paused episodes are never trained; their environments close
-                self.actor.loop.drop_carried()
+            self.rollouts.close()  # a rollout in flight (stopped early: an error, Ctrl-C) ends at its next chunk
             try:
                 self.saver.close()
             except OSError as e:  # a trajectory file not written: an error, unless another one is on its way out

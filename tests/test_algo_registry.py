@@ -16,6 +16,7 @@ from r1.algos.policy_losses import POLICY_LOSSES
 from r1.algos.reward_norm import normalize_rewards, reward_moments
 from r1.config import Algo, ConfigError, load_config
 from r1.credit import CreditInputs, compute
+from r1.overlap import Rollout
 from test_trainer import ROOT, SMOKE
 
 F64 = torch.float64
@@ -133,7 +134,7 @@ def test_doc_example_registers_and_trains_with_the_textbook_gradient(tmp_path, t
         assert trainer.learner.critic is None
         trajs = hand_trajs(append_only=False)
         want = reference_grad(trainer.learner.policy, trajs, [t.total_reward for t in trajs], "token_mean", 1.0)
-        trainer.rollout = lambda it: trajs
+        trainer.rollout = lambda it: Rollout(trajs)
         m = trainer.iteration(0)
         got = torch.cat([p.grad.flatten().double() for p in trainer.learner.policy.parameters() if p.grad is not None])
         assert float((got - want).norm() / want.norm()) < 1e-4

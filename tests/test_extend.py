@@ -14,6 +14,7 @@ from r1.envs.base import Action
 from r1.envs.context import CONTEXT_POLICIES
 from r1.envs.rewards import REWARDS
 from r1.envs.tool_env import ToolEnv
+from r1.overlap import Rollout
 from r1.tasks import gsm8k
 from test_env import FIRST, RESPONSES, RawEnv, act, call, play
 from test_trainer import ROOT, SMOKE
@@ -126,7 +127,7 @@ def test_the_estimator_and_loss_of_docs_tasks_md_train(added, tmp_path, tok_dir)
                               "algo.entropy_coef=0", "log.tensorboard=false", "log.trajectories=false"])
     trainer = Trainer(cfg)
     assert trainer.learner.critic is None
-    trainer.rollout = lambda it: hand_trajs(append_only=False)
+    trainer.rollout = lambda it: Rollout(hand_trajs(append_only=False))
     m = trainer.iteration(0)
     grads = [p.grad for p in trainer.learner.policy.parameters() if p.grad is not None]
     assert grads and all(torch.isfinite(g).all() for g in grads)

@@ -363,7 +363,7 @@ def test_adapters_generator_shares_the_base_and_scores_as_the_update():
     and copies of the adapters that refresh moves; in float32 it scores exactly as the policy, and in bf16 (the
     CUDA set-up: bf16 base, float32 adapters under autocast) exactly as the update does, where the merged bf16
     weights do not. A fused projection would skip the adapters: the generator does not fuse them."""
-    from r1.actor import Actor
+    from r1.actor import copy_weights
     from r1.model import fuse_projections
 
     cfg, policy, _, _ = tiny_models(["model.lora_generator=adapters"])
@@ -386,7 +386,7 @@ def test_adapters_generator_shares_the_base_and_scores_as_the_update():
     assert torch.equal(score(gen), score(policy))
     randomize_adapters(policy, seed=7)  # an update: the generator is stale until refresh copies the adapters
     assert not torch.equal(score(gen), score(policy))
-    Actor.refresh(SimpleNamespace(model=gen, cfg=cfg), policy)
+    copy_weights(cfg, gen, policy)
     assert torch.equal(score(gen), score(policy))
     assert fuse_projections(gen) is gen and all(layer.self_attn.fused is None and layer.mlp.fused is None
                                                 for layer in gen.model.layers)

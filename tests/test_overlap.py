@@ -67,7 +67,7 @@ def test_overlap_rollouts_are_the_synchronous_ones_one_update_back(tmp_path, mon
     lines = []
     monkeypatch.setattr(trainer.logger, "log", lambda it, m: lines.append(m))
     trainer.fit()
-    assert sorted(played) == [0, 1, 2] and trainer.pending is None
+    assert sorted(played) == [0, 1, 2] and trainer.rollouts.pending is None
     assert [m["policy_lag"] for m in lines] == [0.0, 1.0, 1.0]
     assert [m["eager_op_fallbacks"] for m in lines] == [0.0] * 3  # no thread compiles here
     if device == "cpu":  # no CUDA graphs, so no capture to hold off
@@ -89,11 +89,11 @@ def test_overlap_rollouts_are_the_synchronous_ones_one_update_back(tmp_path, mon
     assert (sync.actor.model is sync.learner.policy) == (device == "cpu")
     for it, version in ((0, 0), (1, 0), (2, 1)):
         sync.learner.policy.load_state_dict(weights[version])
-        assert episodes(sync.rollout(it)) == episodes(played[it]), it
+        assert episodes(sync.rollout(it).trajectories) == episodes(played[it]), it
         assert all(s.policy_version == version for t in played[it] for s in t.steps)
     # ... and not those of the weights after that update (the test can tell the two apart)
     sync.learner.policy.load_state_dict(weights[2])
-    assert episodes(sync.rollout(2)) != episodes(played[2])
+    assert episodes(sync.rollout(2).trajectories) != episodes(played[2])
 
     # the loss got the recorded logprobs of the stale sampler, and they differ from the proximal policy's
     for it in (1, 2):
@@ -178,30 +178,30 @@ def test_world2_equals_world1_with_overlap(tmp_path, tok_dir):
 def test_time_limit_starts_no_rollout_it_would_drop(tmp_path, monkeypatch):
     """With train.time_limit passed, the iteration that ends the run starts no next rollout (its episodes would
     be dropped after the loop waited for them); the run stops after that iteration, on-policy."""
-    import r1.trainer as trainer_module
+    import r1.actor as actor_module
 
     started = []
-    background = trainer_module.Background
-    monkeypatch.setattr(trainer_module, "Background", lambda *a, **k: started.append(1) or background(*a, **k))
+    background = actor_module.Background
+    monkeypatch.setattr(actor_module, "Background", lambda *a, **k: started.append(1) or background(*a, **k))
     cfg = load_config(SMOKE, [f"run.dir={tmp_path / 'run'}", *BASE, "train.overlap=1", "train.time_limit=1e-9"])
     trainer = Trainer(cfg)
     lines = []
     monkeypatch.setattr(trainer.logger, "log", lambda it, m: lines.append(m))
     trainer.fit()
-    assert started == [] and trainer.pending is None
+    assert started == [] and trainer.rollouts.pending is None
     assert [m["policy_lag"] for m in lines] == [0.0]  # one iteration, then the limit
 
 
 def test_without_a_time_limit_the_next_rollout_starts(tmp_path, monkeypatch):
-    import r1.trainer as trainer_module
+    import r1.actor as actor_module
 
     started = []
-    background = trainer_module.Background
-    monkeypatch.setattr(trainer_module, "Background", lambda *a, **k: started.append(1) or background(*a, **k))
+    background = actor_module.Background
+    monkeypatch.setattr(actor_module, "Background", lambda *a, **k: started.append(1) or background(*a, **k))
     trainer = Trainer(load_config(SMOKE, [f"run.dir={tmp_path / 'run'}", *BASE, "train.overlap=1", "train.steps=2"]))
     monkeypatch.setattr(trainer.logger, "log", lambda it, m: None)
     trainer.fit()
-    assert started == [1] and trainer.pending is None  # iteration 2's rollout, started during iteration 1
+    assert started == [1] and trainer.rollouts.pending is None  # iteration 2's rollout, started during iteration 1
 
 
 def test_the_next_play_is_asked_for_before_the_last_is_waited_for(tmp_path, monkeypatch):
@@ -250,7 +250,7 @@ def test_a_failed_play_of_the_process_stops_the_run_with_its_error_and_the_queue
     with pytest.raises(TaskError, match="its env's reset"):
         trainer.fit()
     assert len(asked) == 3  # iterations 1, 2 and 3: the third was queued when the second's error came
-    assert trainer.pending is None and not trainer.actor._inflight and trainer.actor._proc.exitcode == 0
+    assert trainer.rollouts.pending is None and not trainer.actor._inflight and trainer.actor._proc.exitcode == 0
 
 
 def test_graph_counts_are_each_rollouts_own_wherever_it_ran(tmp_path, monkeypatch):
@@ -261,15 +261,16 @@ def test_graph_counts_are_each_rollouts_own_wherever_it_ran(tmp_path, monkeypatc
     thread reach its wait first for iteration 2 and not for 3."""
     trainer = Trainer(load_config(SMOKE, [f"run.dir={tmp_path / 'run'}", *BASE, "train.overlap=1"]))
     count = [0, 0]
-    play = trainer.play
+    play = trainer.actor.play
 
-    def counting_play(it, policy_version):
-        out = play(it, policy_version)
+    def counting_play(rows, n, sampling, **run):
+        out = play(rows, n, sampling, **run)
+        it = int(run["uid_prefix"].rstrip("-"))
         time.sleep(0.5 if it == 1 else 0.0)
         count[0], count[1] = count[0] + it + 1, count[1] + 1
         return out
 
-    monkeypatch.setattr(trainer, "play", counting_play)
+    monkeypatch.setattr(trainer.actor, "play", counting_play)
     monkeypatch.setattr(trainer.actor, "graph_counts", lambda since=None: tuple(count) if since is None else
                         (count[0] - since[0], count[1] - since[1]))
     lines = []
@@ -285,12 +286,12 @@ def test_an_error_cancels_the_pending_rollout(tmp_path, monkeypatch):
     past that it would finish normally and the test fails on its missing Cancelled)."""
     import threading
 
-    import r1.trainer as trainer_module
+    import r1.actor as actor_module
     from r1.rollout import AgentEnvLoop, Cancelled
 
     started = []
-    background = trainer_module.Background
-    monkeypatch.setattr(trainer_module, "Background", lambda *a, **k: started.append(background(*a, **k))
+    background = actor_module.Background
+    monkeypatch.setattr(actor_module, "Background", lambda *a, **k: started.append(background(*a, **k))
                         or started[-1])
     entered = threading.Event()
     step = AgentEnvLoop._step
@@ -313,7 +314,7 @@ def test_an_error_cancels_the_pending_rollout(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="boom"):
         trainer.fit()
     assert len(started) == 1 and isinstance(started[0]._err, Cancelled)
-    assert trainer.pending is None and not trainer.actor.loop.stop.is_set()
+    assert trainer.rollouts.pending is None and not trainer.actor.loop.stop.is_set()
     assert captures_free()  # the cancelled rollout's hold let go
 
 
@@ -334,7 +335,7 @@ def test_held_out_reads_between_overlapped_iterations_hold_nothing_after(tmp_pat
 
     trainer.fit(evaluate)
     assert held == [False, False, False] and played == [1, 1, 1]
-    assert trainer.pending is None and captures_free()
+    assert trainer.rollouts.pending is None and captures_free()
 
 
 def test_switch_interval_from_the_environment(monkeypatch):

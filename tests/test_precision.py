@@ -113,7 +113,7 @@ def test_one_update_through_the_trainer(tmp_path):
     tr = Trainer(cfg)
     L = tr.learner
     assert set(L.copies) == {"policy", "critic", "ref"} and L.policy_fwd is L.copies["policy"]
-    trajs = tr.rollout(0)
+    trajs = tr.rollout(0).trajectories
     plan = make_plan(trajs, 1, 64, tr.device)
     assert len(plan.micro_batches) > 1  # several micro-batches: the sum is tested
     scores = L.score(plan.micro_batches)

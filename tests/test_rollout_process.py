@@ -77,7 +77,7 @@ def test_a_refresh_while_a_play_runs_waits_until_the_play_has_read_its_weights(r
 
 
 def test_a_play_queued_behind_another_starts_when_it_ends_with_nothing_from_the_trainer(remote):
-    """One play may wait behind the one that runs (r1/trainer.overlapped_rollout asks for the next before it
+    """One play may wait behind the one that runs (r1/overlap.Rollouts.get asks for the next before it
     waits): the child takes it as soon as the first is sent, while the trainer reads nothing; each Handle gets
     its own reply, whichever is waited for first, and the episodes are those of two plays one after the
     other. A third is refused, and so is a refresh, which would change the queued play's weights."""
@@ -120,10 +120,10 @@ def test_the_time_between_two_plays_is_reported_with_the_second(remote):
     second = actor.start(rows, 2, Sampling(1.0, seed=0))
     second.wait()
     assert second.idle_seconds >= 0.3
-    actor.loop.stop.set()
+    actor.stop.set()
     with pytest.raises(Cancelled):
         actor.start(rows, 2, Sampling(1.0, seed=0)).result()
-    actor.loop.stop.clear()
+    actor.stop.clear()
     after = actor.start(rows, 2, Sampling(1.0, seed=0))
     after.wait()
     assert after.seconds > 0 and after.idle_seconds is None
@@ -131,11 +131,11 @@ def test_the_time_between_two_plays_is_reported_with_the_second(remote):
 
 def test_a_cancelled_play_raises_cancelled_and_the_next_one_plays(remote):
     actor, cfg, tok, model, rows = remote
-    actor.loop.stop.set()  # before the start: the process sees it at its first chunk
+    actor.stop.set()  # before the start: the process sees it at its first chunk
     handle = actor.start(rows, 2, Sampling(1.0, seed=0))
     with pytest.raises(Cancelled):
         handle.result()
-    actor.loop.stop.clear()
+    actor.stop.clear()
     assert len(actor.play(rows, 2, Sampling(1.0, seed=0))) == 4
 
 
@@ -144,7 +144,7 @@ def test_an_error_in_the_process_comes_back_as_itself_with_its_traceback(remote)
     line); the child's traceback is its cause. Ctrl-C is the trainer's: the child ignores it."""
     actor, cfg, tok, model, rows = remote
     handle = actor.start([{"no": "such row"}], 1, Sampling(1.0, seed=0))
-    assert not handle.ok()  # the trainer asks this before it starts the next play (r1/trainer.overlapped_rollout)
+    assert not handle.ok()  # the play failed: result() raises
     with pytest.raises(TaskError, match=r"^task synthetic: its env's reset\(\)") as e:
         handle.result()
     assert isinstance(e.value.__cause__, RolloutProcessError)

@@ -16,6 +16,7 @@ import torch
 from r1 import packing
 from r1.config import load_config
 from r1.credit import compute, credit_inputs, sampler_logprobs, score_metrics, step_rewards
+from r1.overlap import Rollout
 from r1.trainer import Trainer
 from test_trainer import SMOKE, TINY
 
@@ -112,7 +113,7 @@ def one_update(tr, trajs, state, reuse: bool):
 def test_the_updates_own_logprobs_give_the_scored_update(trainer, loss):
     tr = trainer
     assert tr.learner.ref is None and tr.learner.reuses_logprobs(5)
-    trajs = tr.rollout(0)
+    trajs = tr.rollout(0).trajectories
     with float64_models(tr, loss) as state:
         calls_s, n_mb, scored, g_s, after_s = one_update(tr, trajs, state, reuse=False)
         calls_r, _, reused, g_r, after_r = one_update(tr, trajs, state, reuse=True)
@@ -173,7 +174,7 @@ def test_lora_dropout_keeps_on_policy_behaviour_weights_exactly_one(tmp_path, sc
                               "log.tensorboard=false", "log.trajectories=false"])
     tr = Trainer(cfg)
     tr.iteration(0)  # the adapters' B starts at 0, where dropout on their input changes nothing
-    trajs = tr.rollout(1)
+    trajs = tr.rollout(1).trajectories
     plan = packing.plan(trajs, 1, tr.cfg.train.micro_tokens, tr.device, tr.cfg.train.share_prefix)
     scores = tr.learner.score(plan.micro_batches)
     tok_step = torch.cat([mb.tok_step for mb in plan.micro_batches])
@@ -182,7 +183,7 @@ def test_lora_dropout_keeps_on_policy_behaviour_weights_exactly_one(tmp_path, sc
     for step in (s for t in trajs for s in t.steps):  # the sampler's logprobs := the policy's, exactly
         step.logprobs, k = flat[k:k + len(step.response_ids)], k + len(step.response_ids)
     assert k == len(flat)
-    tr.rollout = lambda it: trajs
+    tr.rollout = lambda it: Rollout(trajs)
     m = tr.iteration(1)
     assert (m["behav_weight_mean"], m["behav_kl"], m["behav_capped_frac"]) == (1.0, 0.0, 0.0)
     assert not tr.learner.reuses_logprobs(1)

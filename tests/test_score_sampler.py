@@ -66,7 +66,7 @@ def one_update(tr, trajs, state, from_sampler: bool):
 def test_the_sampler_logprobs_are_the_old_ones(trainer, loss):
     tr = trainer
     assert tr.learner.old_from_sampler(5) and not tr.learner.reuses_logprobs(5)
-    trajs = tr.rollout(0)
+    trajs = tr.rollout(0).trajectories
     with float64_models(tr, loss) as state:
         calls_r, plan, ref, g_r, after_r, (scored_old, sampler) = one_update(tr, trajs, state, from_sampler=False)
         calls_s, _, out, g_s, after_s, _ = one_update(tr, trajs, state, from_sampler=True)

@@ -199,7 +199,7 @@ def test_one_update_through_the_trainer_is_the_same(tmp_path):
     cfg = load_config(SMOKE, [f"run.dir={tmp_path / 'run'}", *TINY, "rollout.n=3", "algo.minibatches=1",
                               "log.tensorboard=false", "log.trajectories=false"])
     tr = Trainer(cfg)
-    trajs = tr.rollout(0)
+    trajs = tr.rollout(0).trajectories
     for m in (tr.learner.policy, tr.learner.critic, tr.learner.ref):
         m.double()
     state = {k: {n: v.clone() for n, v in m.state_dict().items()} for k, m in tr.learner.models.items()}

@@ -246,7 +246,7 @@ def test_a_tasks_stop_strings_end_its_responses(tmp_path, tok_dir, monkeypatch):
     try:
         tr = Trainer(load_config(SMOKE, args))
         assert tr.actor.gen.stop_strings == ["e"]
-        steps = [s for t in tr.rollout(0) for s in t.steps]
+        steps = [s for t in tr.rollout(0).trajectories for s in t.steps]
     finally:
         TASKS.pop("synthetic_stop", None)
     stopped = [s for s in steps if s.finish == "stop"]

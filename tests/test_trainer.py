@@ -18,6 +18,7 @@ from safetensors.torch import load_file
 
 import train
 from r1.config import load_config
+from r1.overlap import Rollout
 from r1.trainer import Trainer
 from r1.trajectory import load as load_trajs
 
@@ -239,11 +240,11 @@ def test_drop_uniform_groups_trains_on_informative_groups_only(tmp_path, monkeyp
     real_rollout = Trainer.rollout
 
     def rollout(self, it):  # the tiny model never earns a reward: give one to episode 0 of groups 0 and 1
-        trajs = real_rollout(self, it)
-        for t in trajs:
+        got = real_rollout(self, it)
+        for t in got.trajectories:
             if it == 0 and t.group in (0, 1) and t.uid.endswith("-0"):
                 t.steps[-1].reward = 1.0
-        return trajs
+        return got
 
     monkeypatch.setattr(Trainer, "rollout", rollout)
     base = [*TINY, "rollout.prompts=4", "rollout.n=2", "algo.advantage=grpo", "algo.kl_coef=0",
@@ -283,7 +284,7 @@ def test_critic_warmup_and_extra_critic_epochs(tmp_path, tok_dir):
                               "log.trajectories=false"])
     trainer = Trainer(cfg)
     trajs = hand_trajs(append_only=True)
-    trainer.rollout = lambda it: trajs
+    trainer.rollout = lambda it: Rollout(trajs)
     critic = trainer.learner.critic
     critic.zero_grad(set_to_none=True)
     loss = torch.zeros((), dtype=torch.float64)
@@ -319,7 +320,7 @@ def test_reward_moments_run_over_iterations_and_resume(tmp_path, tok_dir):
     args = [f"run.dir={tmp_path / 'run'}", f"model.tokenizer={tok_dir}", "algo.normalize_reward=std",
             "train.steps=2", "log.tensorboard=false", "log.trajectories=false"]
     trainer = Trainer(load_config(SMOKE, args))
-    trainer.rollout = lambda it: trajs
+    trainer.rollout = lambda it: Rollout(trajs)
     trainer.fit()
     want = [2.0 * len(rewards), 2.0 * sum(rewards), 2.0 * sum(r * r for r in rewards)]
     assert trainer.reward_moments.tolist() == pytest.approx(want, rel=1e-12)

@@ -29,7 +29,7 @@ def test_host_reads_per_micro_batch(tmp_path, advantage, reuse):
     cfg = load_config(SMOKE, [f"run.dir={tmp_path / 'run'}", *TINY, f"algo.advantage={advantage}", "algo.kl_coef=0",
                               "algo.minibatches=1", "log.tensorboard=false", "log.trajectories=false"])
     tr = Trainer(cfg)
-    trajs = tr.rollout(0)
+    trajs = tr.rollout(0).trajectories
     state = {k: {n: v.clone() for n, v in m.state_dict().items()} for k, m in tr.learner.models.items()}
     reads = {}
     for micro_tokens in (1, 10**6):  # every sequence alone, or all in one

@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from r1.config import load_config
+from r1.overlap import Rollout
 from r1.trainer import Trainer
 from r1.trajectory import Step, Trajectory
 from test_trainer import SMOKE
@@ -95,7 +96,7 @@ def test_sequence_aggregation_matches_the_textbook_loss(trainer, agg, ratio_leve
     a = trainer.cfg.algo
     a.loss_agg, a.ratio_level, trainer.cfg.train.micro_tokens = agg, ratio_level, micro_tokens
     want = reference_grad(trainer.learner.policy, trajs, grpo_textbook(trajs), agg, trainer.cfg.rollout.temperature)
-    trainer.rollout = lambda it: trajs
+    trainer.rollout = lambda it: Rollout(trajs)
     try:
         trainer.iteration(0)
         got = torch.cat([p.grad.flatten().double() for p in trainer.learner.policy.parameters() if p.grad is not None])

@@ -35,13 +35,13 @@ def parity_rewards(trajs):
 def main(spec_path):
     with open(spec_path) as f:
         spec = json.load(f)
-    real_rollout, real_overlapped = Trainer.rollout, Trainer.overlapped_rollout
-    Trainer.rollout = lambda self, it: parity_rewards(real_rollout(self, it))
+    real_rollout = Trainer.rollout
 
-    def overlapped(self, it):  # train.overlap: 1
-        played, *rest = real_overlapped(self, it)
-        return (parity_rewards(played), *rest)
-    Trainer.overlapped_rollout = overlapped
+    def rollout(self, it):  # every train.overlap
+        got = real_rollout(self, it)
+        parity_rewards(got.trajectories)
+        return got
+    Trainer.rollout = rollout
     for name, overrides in spec["runs"].items():
         cfg = load_config(SMOKE, spec["base"] + overrides + [f"run.dir={os.path.join(spec['out'], name)}"])
         Trainer(cfg).fit()
