@@ -5,7 +5,7 @@ where its text or code belongs instead. The budgets (README.md, "Layout", and do
 why each file has its job): README.md a page, r1/trainer.py the loop as the algorithm, every r1 file
 small enough to read at one sitting, Trainer.iteration one screen, module docstrings what a module
 owns (not its measurements), bench/ Python scripts (not shell), docs/results/ small, no import cycle
-in r1/, docs/decisions.md a reference rather than a diary. Everything is read statically (text and
+in r1/, docs/decisions.md a reference rather than a diary, every test asserts. Everything is read statically (text and
 ast): nothing is imported or run.
 """
 import ast
@@ -258,3 +258,43 @@ def test_no_import_cycle_in_r1():
     found = cycles(graph)
     assert not found, ("budget no import cycle in r1/: " + "; ".join(" <-> ".join(c) for c in found)
                        + "; move what both need into a lower module, or pass it in (a registry, an argument)")
+
+
+# ------------------------------------------------------------------ tests
+
+
+CHECKS = {"raises", "warns", "approx", "fail", "assert_close", "assert_equal", "assert_allclose", "deprecated_call"}
+
+
+def called_name(node):
+    f = node.func
+    return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+
+
+def asserts(fn, helpers) -> bool:
+    """An `assert`, a `raise`, pytest.raises / warns / fail, torch.testing's asserts, or a call of a helper of
+    tests/ that asserts."""
+    return any(isinstance(n, (ast.Assert, ast.Raise))
+               or isinstance(n, ast.Call) and (called_name(n) in CHECKS | helpers or called_name(n).startswith("assert"))
+               for n in ast.walk(fn))
+
+
+def is_fixture(fn) -> bool:
+    return any("fixture" in ast.unparse(d) for d in fn.decorator_list)
+
+
+def tests_without_an_assertion():
+    trees = {rel: ast.parse("\n".join(lines(rel))) for rel in python_files("tests")}
+    funcs = [(rel, n) for rel, tree in trees.items() for n in ast.walk(tree)
+             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    helpers = set()
+    for _ in range(3):  # helpers that call helpers that assert
+        helpers |= {fn.name for _, fn in funcs if not fn.name.startswith("test") and asserts(fn, helpers)}
+    return [f"{rel}:{fn.lineno} {fn.name}" for rel, fn in funcs
+            if fn.name.startswith("test") and not is_fixture(fn) and not asserts(fn, helpers)]
+
+
+def test_every_test_asserts():
+    bare = tests_without_an_assertion()
+    assert not bare, ("budget every test asserts something: " + ", ".join(bare) + "; a test that cannot fail checks "
+                      "nothing: assert what it shows, or remove it if another test covers it")
