@@ -5,8 +5,8 @@ where its text or code belongs instead. The budgets (README.md, "Layout", and do
 why each file has its job): README.md a page, r1/trainer.py the loop as the algorithm, every r1 file
 small enough to read at one sitting, Trainer.iteration one screen, module docstrings what a module
 owns (not its measurements), bench/ Python scripts (not shell), docs/results/ small, no import cycle
-in r1/, docs/decisions.md a reference rather than a diary, every test asserts. Everything is read statically (text and
-ast): nothing is imported or run.
+in r1/, docs/decisions.md a reference rather than a diary, every test asserts. Everything is read
+statically (text and ast): nothing is imported or run.
 """
 import ast
 import os
