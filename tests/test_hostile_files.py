@@ -183,7 +183,7 @@ def test_train_refuses_an_escaping_index_with_one_line(tmp_path):
 
 @pytest.fixture(scope="module")
 def bomb(tmp_path_factory):
-    """3 MB of gzip that inflates to 3 GiB of '0' (no newline): the issue's file."""
+    """3 MB of gzip that inflates to 3 GiB of '0' (no newline): a data file that fills memory if read whole."""
     return gzip_bomb(tmp_path_factory.mktemp("bomb") / "bomb.jsonl.gz")
 
 
