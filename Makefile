@@ -1,13 +1,15 @@
 # Two commands do all the set-up on a fresh machine:
 #   make quickstart   # creates .venv, installs, runs the main job on the embedded default
 #   make test         # creates .venv, installs, runs the tests
+# `make test-fast` runs the algorithm tests alone (advantages, losses, estimators, decoupled PPO, credit,
+# the registries and the textbook gradient through a tiny trainer), float64 on the CPU, in under a minute.
 # On a CPU machine the CPU build of torch is pinned (requirements.txt); a GPU
 # user installs their own torch first (see README).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup quickstart smoke test test-all clean
+.PHONY: setup quickstart smoke test test-fast test-all clean
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt
 	$(PY) -m venv $(VENV)
@@ -26,6 +28,12 @@ smoke: setup
 
 test: setup
 	$(BIN)/python -m pytest -q tests
+
+FAST_TESTS := tests/test_advantages.py tests/test_losses.py tests/test_decoupled_ppo.py tests/test_credit.py \
+	tests/test_algo_registry.py
+
+test-fast: setup
+	$(BIN)/python -m pytest -q $(FAST_TESTS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

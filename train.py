@@ -1,20 +1,17 @@
 """Entry point: `python train.py --config configs/smoke.yaml key=value ...` (or under torchrun).
 
-train.stage=rl runs the RL loop (r1/trainer.py); with train.sft_steps > 0 it
-first runs an SFT warm-up on the task's expert chats in run.dir/sft/ (r1/sft.py)
-and starts RL from that policy, all in one command that `run.resume=true`
-continues at any point. train.stage=sft runs SFT alone. With eval.every > 0
-it hands the trainer the held-out evaluation (r1/evaluate.py, which the
-trainer does not import) and logs the starting policy's as iteration 0.
+train.stage=rl runs the RL loop (r1/trainer.py); with train.sft_steps > 0 it first runs an SFT warm-up
+on the task's expert chats in run.dir/sft/ (r1/sft.py) and starts RL from that policy, all in one
+command that `run.resume=true` continues at any point. train.stage=sft runs SFT alone. With
+eval.every > 0 it hands the trainer the held-out evaluation (r1/evaluate.py, which the trainer does
+not import) and logs the starting policy's as iteration 0.
 
-Exit codes (the same for eval.py): 0 done; 2 a user error found at start
-(config, paths, data, model, a run folder in the way or resumed with another
-config: one `error:` line, nothing written); 130 stopped with Ctrl-C (one
-line saying which iteration the run resumes after, and the command; before
-the first checkpoint, what the command created is removed); 1 a
-failure during training (one `error:` line for a full disk, a checkpoint that
-could not be written, a policy whose every sample is NaN or a task's env
-whose reset() raised; other failures keep their traceback).
+Exit codes (the same for eval.py): 0 done; 2 a user error found at start (config, paths, data, model,
+a run folder in the way or resumed with another config: one `error:` line, nothing written); 130
+stopped with Ctrl-C (one line saying which iteration the run resumes after, and the command; before
+the first checkpoint, what it created is removed); 1 a failure during training (one `error:` line for
+a full disk, an unwritable checkpoint, an all-NaN policy or an env whose reset() raised; other
+failures keep their traceback).
 """
 import argparse
 import functools

@@ -443,7 +443,7 @@ def test_gpu_fa4_reads_the_cache(hq, hkv, d, L, monkeypatch):
 
 def test_attention_bench_collects_pairs_of_runs(tmp_path):
     """bench/attention.py --collect: each run with fa4 against the same run without it, from the logs'
-    JSON lines (inputs made up here, in tmp_path only), one object per measurement in the issue's fields."""
+    JSON lines (inputs made up here, in tmp_path only), one object per measurement, the fields bench/results/ keeps."""
     from bench import attention as bench
     lines = {"train-base": {"name": "train_step", "model": "3b-shape", "ours_s": 2.0, "ours_tok_s": 100},
              "train-fa4": {"name": "train_step", "model": "3b-shape", "ours_s": 1.6, "ours_tok_s": 125},

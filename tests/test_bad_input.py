@@ -1,4 +1,4 @@
-"""Bad input, end to end (issue 9.4): `python train.py` / `python eval.py` as a user runs them.
+"""Bad input, end to end: `python train.py` / `python eval.py` as a user runs them.
 
 Each case runs the real script in a subprocess once (results are cached for the module) and
 two tests read the outcome:

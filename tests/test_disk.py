@@ -3,8 +3,8 @@
 The estimates are checked against what the code really writes: a tiny RL run's
 checkpoint (policy and critic) and its float32 export, a tiny SFT run's
 checkpoint (policy only), tensor counts against the modules (and, in
-tests/test_trainer.py, a checkpoint sharded over 2 ranks); and against issue
-15's measurement (the 3B shape, policy + critic on 2 ranks: `du -h` said 65G).
+tests/test_trainer.py, a checkpoint sharded over 2 ranks); and against a
+measured run (the 3B shape, policy + critic on 2 ranks: `du -h` said 65G).
 The counts of saves and of checkpoints on disk at once are checked against a
 replay of the trainer's save-and-prune loop. Then the refusal, one line naming
 the key, before run.dir exists; and evaluation, which saves nothing, is never
@@ -20,7 +20,7 @@ from r1 import disk
 from r1.config import load_config
 from r1.memory import param_count
 from r1.model import Transformer, tiny_config
-from test_memory import QWEN3B_SMOL, refusal  # the 3B shape of issue 15; a one-line ConfigError
+from test_memory import QWEN3B_SMOL, refusal  # the 3B shape of the 2 x H200 run; a one-line ConfigError
 
 GiB = 2 ** 30
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -79,7 +79,7 @@ def test_sft_checkpoint_estimate_matches_what_a_tiny_sft_run_writes(tmp_path, to
     assert "disk plan: checkpoint" in capsys.readouterr().out
 
 
-def test_issue15_3b_checkpoint_is_the_measured_65_gib():
+def test_two_h200_3b_checkpoint_is_the_measured_65_gib():
     """2 x H200: Qwen2.5-3B shape with SmolLM2's vocabulary (2.88 B parameters), policy + critic, FSDP on 2
     ranks: `du -h` of one checkpoint said 65G (it rounds up), of hf/ (bf16) 5.4G; 115 GiB were free."""
     cfg = load_config(SMOKE, ["model.path=/root/r1-3b", "run.dir=/root/sc/n2", "train.steps=2"])

@@ -1,4 +1,4 @@
-"""Fuzz (issue 9.2): ToolEnv + AgentEnvLoop under random and adversarial model output.
+"""Fuzz: ToolEnv + AgentEnvLoop under random and adversarial model output.
 
 A scripted generator with the Generator API stands in for the model: each
 reply is drawn from a category (valid calls, answers, invalid JSON, unknown

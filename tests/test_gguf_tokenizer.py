@@ -125,7 +125,7 @@ def test_another_process_that_wrote_the_entry_first_keeps_it(cache, smol, tmp_pa
 
 
 def test_the_key_follows_the_metadata_not_the_weights(tmp_path):
-    from test_reliability3 import tiny_gguf
+    from test_hostile_files import tiny_gguf
 
     def key(path):
         return gt.gguf_cache_key(path, gguf_header(path)["metadata_end"])

@@ -16,7 +16,7 @@ from r1.generate import Sampling
 from r1.overlap import Background
 from r1.trainer import Trainer
 from test_trainer import SMOKE, TINY
-from test_world2 import CRITIC_KEYS, KEYS, run_both
+from test_two_ranks import CRITIC_KEYS, KEYS, run_both
 
 BASE = [*TINY, "algo.advantage=grpo", "algo.kl_coef=0", "algo.policy_loss=decoupled_ppo", "algo.tis_cap=2",
         "train.lr=3e-3", "log.tensorboard=false", "log.trajectories=false", "train.steps=3"]

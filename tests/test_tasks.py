@@ -204,7 +204,7 @@ def test_sft_phase_resumes_from_its_checkpoint(tmp_path, tok_dir, capsys):
     os.remove(os.path.join(run, "sft", "done"))
     capsys.readouterr()
     # 3 steps where the stopped phase planned 2: its cosine schedule is redrawn, a deliberate change (without
-    # run.allow_config_change the resume is refused, tests/test_reliability3_rundir.py)
+    # run.allow_config_change the resume is refused, tests/test_run_folder.py)
     train.main(base + [f"run.dir={run}", "train.sft_steps=3", "train.steps=1", "run.resume=true",
                        "run.allow_config_change=true"])
     assert "resuming from step 2" in capsys.readouterr().out

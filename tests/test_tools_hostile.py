@@ -1,4 +1,4 @@
-"""Hostile and broken input to the calculator tool (issue 9.1).
+"""Hostile and broken input to the calculator tool.
 
 Every case goes through the tool exactly as a model's call would, and must come
 back as ok=False with an error text, within 100 ms, without running any code

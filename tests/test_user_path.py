@@ -1,4 +1,4 @@
-"""Issue 33, the user's path: what a newcomer meets at the start and end of a run, and after a Ctrl-C.
+"""The user's path: what a newcomer meets at the start and end of a run, and after a Ctrl-C.
 
 CPU, a tiny random model, seconds per test; no test reads a wall clock.
 """

@@ -1,19 +1,16 @@
 """The reward terms (the `REWARDS` registry): name -> a function of one step, weighted by the config.
 
-A step's reward is the task's score of a final answer (0 on a tool step)
-plus the rubric: each term's weight times `fn(env, action, info)` (the env
-after the step, what the model sampled, the step's record), so a reward that
-needs more than the text and the gold answer is a term here, not a subclass
+A step's reward is the task's score of a final answer (0 on a tool step) plus the rubric: each term's
+weight times `fn(env, action, info)` (the env after the step, what the model sampled, the step's
+record), so a reward that needs more than the text and the gold answer is a term here, not a subclass
 of `ToolEnv.step`.
 
-Weights come from the config's `env.rewards`, a mapping of term to weight
-(`{malformed: -0.1, format: 0.05}`). ToolEnv sums malformed, format and
-tool_success first, then the others in the mapping's order, one after
-another from 0.0; a weight of 0 skips its term (not even called). A term's
-`sign` bounds its weight (-1: a penalty, <= 0; +1: a bonus, >= 0). A term that only some envs can pay (`general=False`) is accepted
-only for a task that lists it in `Task.rewards`. The config reads this table
-live: a term added here is a valid `env.rewards` name. docs/tasks.md walks
-through adding one. Stdlib only (config validation imports it).
+Weights come from `env.rewards`, a mapping of term to weight (`{malformed: -0.1, format: 0.05}`).
+ToolEnv sums malformed, format and tool_success first, then the others in the mapping's order; a
+weight of 0 skips its term (not even called). A term's `sign` bounds its weight (-1: a penalty, <= 0;
++1: a bonus, >= 0). A term only some envs can pay (`general=False`) is accepted only for a task that
+lists it in `Task.rewards`. The config reads this table live: a term added here is a valid
+`env.rewards` name (docs/tasks.md walks through adding one). Stdlib only (config validation imports it).
 """
 from dataclasses import dataclass
 from typing import Callable

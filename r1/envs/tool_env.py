@@ -1,22 +1,18 @@
 """ToolEnv: a task solved with tool calls over several MDP steps.
 
-The model writes calls in its chat template's format (r1/tool_formats.py: Hermes
-`<tool_call>` JSON, Llama 3's JSON, Mistral's [TOOL_CALLS]; env.tool_format
-overrides), several per turn if it likes. Each step runs the calls and
-returns their results as `tool` messages (the chat template renders them in its
-tool-response form). A turn without any call is the final answer and is scored
-by the task. A malformed call (bad JSON, unknown tool, wrong argument types,
-unclosed tag, too many calls) or a malformed reply (empty, or holding a
-special token such as `<|im_start|>` before its end) becomes an error result
-the model can read, an optional penalty, and an entry in the step's info; it
-never raises. Observation text never carries special-token text: a tool
-result or an error that quotes the model is defanged (`< |im_end|>`), so an
-echoed name cannot forge a turn boundary when the template encodes it.
+The model writes calls in its chat template's format (r1/tool_formats.py: Hermes `<tool_call>` JSON,
+Llama 3's JSON, Mistral's [TOOL_CALLS]; env.tool_format overrides), several per turn if it likes.
+Each step runs the calls and returns their results as `tool` messages. A turn without any call is the
+final answer and is scored by the task. A malformed call (bad JSON, unknown tool, wrong argument
+types, unclosed tag, too many calls) or reply (empty, or holding a special token such as
+`<|im_start|>` before its end) becomes an error result the model can read, an optional penalty and an
+entry in the step's info; it never raises. Observation text never carries special-token text: a
+result or an error that quotes the model is defanged (`< |im_end|>`), so an echoed name cannot forge
+a turn boundary.
 
-Rewards: the task's score of the final answer (kept in info as `score`;
-`correct` = score > 0, so accuracy never counts a bonus) plus the rubric of
-r1/envs/rewards.py, each term off by default and paid at most once a step
-(docs/tasks.md says how each can be gamed).
+Rewards: the task's score of the final answer (info's `score`; `correct` = score > 0, so accuracy
+never counts a bonus) plus the rubric of r1/envs/rewards.py, each term off by default and paid at
+most once a step (docs/tasks.md says how each can be gamed).
 """
 from r1.envs.base import Action, Env, Observation
 from r1.envs.rewards import Rubric

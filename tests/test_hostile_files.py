@@ -1,15 +1,14 @@
-"""Reliability, third round (issue 32): what a model folder, a data file or a config path can do to a run.
+"""What a model folder, a data file or a config path can do to a run.
 
-One test (or a few) per case of the issue, each failing on 393649a (the commit before the fixes) unless
-its docstring says otherwise. Classes: model folders that point outside themselves; reads without a
-bound (inflating gzip files, huge metrics files, damaged GGUF headers, a FIFO or /dev/zero as a config);
-failures that came late or as tracebacks at start (tokenizer ids past the embedding, 0 heads, damaged
-safetensors headers); private-use characters in text rewritten before the model saw them.
+Classes: model folders that point outside themselves; reads without a bound (inflating gzip files,
+huge metrics files, damaged GGUF headers, a FIFO or /dev/zero as a config); failures that would come
+late or as tracebacks at start (tokenizer ids past the embedding, 0 heads, damaged safetensors
+headers); private-use characters in text rewritten before the model saw them.
 
-Processes that would exhaust memory on the old code run in a subprocess under RLIMIT_AS (3 GiB: torch's
-CPU import peaks under 1 GiB of address space), so the old code ends in a MemoryError there instead of
-taking the shared machine's memory; ones that would hang have a subprocess timeout. No test asserts on
-wall time: reads are bounded by byte, line and row counts.
+Processes that would exhaust memory without the bounds run in a subprocess under RLIMIT_AS (3 GiB:
+torch's CPU import peaks under 1 GiB of address space), so a regression ends in a MemoryError there
+instead of taking the machine's memory; ones that would hang have a subprocess timeout. No test
+asserts on wall time: reads are bounded by byte, line and row counts.
 """
 import gzip
 import json
@@ -96,7 +95,7 @@ def sharded(tmp_path):
 
 @pytest.mark.parametrize("how", ["dotdot", "absolute", "subfolder"])
 def test_index_shard_names_cannot_leave_the_folder(tmp_path, how):
-    """393649a: an index naming `../outside/x.safetensors` (or an absolute path) loaded tensors from there."""
+    """Before the fix: an index naming `../outside/x.safetensors` (or an absolute path) loaded tensors from there."""
     from r1.weights import load_checkpoint
 
     folder, index, first = sharded(tmp_path)
@@ -114,7 +113,7 @@ def test_index_shard_names_cannot_leave_the_folder(tmp_path, how):
 
 @pytest.mark.parametrize("what", ["shard", "single_file", "config"])
 def test_links_out_of_the_model_folder_are_refused(tmp_path, what):
-    """393649a: a shard, model.safetensors or config.json linking outside the folder was followed."""
+    """Before the fix: a shard, model.safetensors or config.json linking outside the folder was followed."""
     from r1.weights import load_checkpoint
 
     if what == "shard":
@@ -133,7 +132,7 @@ def test_links_out_of_the_model_folder_are_refused(tmp_path, what):
 
 
 def test_links_inside_the_folder_and_the_hf_cache_layout_still_load(tmp_path):
-    """Not a failure on 393649a: a link to a file inside the folder, and a Hugging Face cache snapshot (every
+    """Not a failure before the fix either: a link to a file inside the folder, and a Hugging Face cache snapshot (every
     file a link to ../../blobs/<sha>) load as before, with the same tensors."""
     from r1.weights import load_checkpoint
 
@@ -158,7 +157,7 @@ def test_links_inside_the_folder_and_the_hf_cache_layout_still_load(tmp_path):
 
 
 def test_an_index_shard_that_is_missing_is_named(tmp_path):
-    """Already one line on 393649a (a FileNotFoundError naming the shard; the test fails there only on the
+    """Already one line before the fix (a FileNotFoundError naming the shard; the test failed only on the
     wording): now the index that names it is in the message too, and every missing shard is listed."""
     from r1.weights import load_checkpoint
 
@@ -168,7 +167,7 @@ def test_an_index_shard_that_is_missing_is_named(tmp_path):
 
 
 def test_train_refuses_an_escaping_index_with_one_line(tmp_path):
-    """End to end: train.py on a model folder whose index leaves it is one `error:` line, exit 2 (393649a loaded
+    """End to end: train.py on a model folder whose index leaves it is one `error:` line, exit 2 (the old code loaded
     the outside shard and trained)."""
     folder, index, first = sharded(tmp_path)
     index["weight_map"] = {k: (f"../outside/{first}" if v == first else v) for k, v in index["weight_map"].items()}
@@ -184,12 +183,12 @@ def test_train_refuses_an_escaping_index_with_one_line(tmp_path):
 
 @pytest.fixture(scope="module")
 def bomb(tmp_path_factory):
-    """3 MB of gzip that inflates to 3 GiB of '0' (no newline): the issue's file."""
+    """3 MB of gzip that inflates to 3 GiB of '0' (no newline): a data file that fills memory if read whole."""
     return gzip_bomb(tmp_path_factory.mktemp("bomb") / "bomb.jsonl.gz")
 
 
 def test_trajectory_show_on_an_inflating_file_is_one_line(tmp_path, bomb):
-    """393649a: MemoryError (traceback) after inflating gigabytes; now the line cap stops it at 256 MiB."""
+    """Before the fix: MemoryError (traceback) after inflating gigabytes; now the line cap stops it at 256 MiB."""
     (tmp_path / "run" / "trajectories").mkdir(parents=True)
     path = tmp_path / "run" / "trajectories" / "iter_000001.jsonl.gz"
     os.symlink(bomb, path)
@@ -198,7 +197,7 @@ def test_trajectory_show_on_an_inflating_file_is_one_line(tmp_path, bomb):
 
 
 def test_compare_on_an_inflating_file_is_one_line(tmp_path, bomb):
-    """393649a: MemoryError (traceback) in r1.compare, which reads eval trajectories the same way."""
+    """Before the fix: MemoryError (traceback) in r1.compare, which reads eval trajectories the same way."""
     for d in ("a", "b"):
         (tmp_path / d).mkdir()
         os.symlink(bomb, tmp_path / d / "eval_trajectories.jsonl.gz")
@@ -207,7 +206,7 @@ def test_compare_on_an_inflating_file_is_one_line(tmp_path, bomb):
 
 
 def test_gsm8k_data_that_inflates_is_one_line(tmp_path):
-    """393649a: train.py with data.path holding a 3 MB train.jsonl.gz bomb ended in MemoryError (a traceback)."""
+    """Before the fix: train.py with data.path holding a 3 MB train.jsonl.gz bomb ended in MemoryError (a traceback)."""
     (tmp_path / "gsm").mkdir()
     gzip_bomb(tmp_path / "gsm" / "train.jsonl.gz")  # a copy: a link to the module's bomb would leave data.path
     save_byte_tokenizer(tmp_path / "tok", CHATML)
@@ -219,7 +218,7 @@ def test_gsm8k_data_that_inflates_is_one_line(tmp_path):
 
 def test_gsm8k_text_and_row_caps(tmp_path, monkeypatch):
     """Many short lines: the text cap (decompressed bytes) and the row cap each stop the read with a message
-    naming the file. The caps are lowered here so the test reads kilobytes (393649a has neither cap)."""
+    naming the file. The caps are lowered here so the test reads kilobytes (the old code had neither cap)."""
     from r1.tasks import gsm8k
 
     row = json.dumps({"question": "Tom has 3 apples. How many?", "answer": "#### 3"}) + "\n"
@@ -237,7 +236,7 @@ def test_gsm8k_text_and_row_caps(tmp_path, monkeypatch):
 
 
 def test_gsm8k_files_linked_from_outside_data_path_are_refused(tmp_path):
-    """393649a: data.path/train.jsonl linking to any file on the machine was read."""
+    """Before the fix: data.path/train.jsonl linking to any file on the machine was read."""
     from r1.tasks import gsm8k
 
     (tmp_path / "elsewhere").mkdir()
@@ -271,7 +270,7 @@ def test_trajectory_total_and_count_caps(tmp_path, monkeypatch):
 
 
 def test_plot_of_a_huge_metrics_file_is_one_line(tmp_path):
-    """393649a: r1.plot read a 2 GiB metrics.jsonl whole (MemoryError under 2 GiB of address space); the file is
+    """Before the fix: r1.plot read a 2 GiB metrics.jsonl whole (MemoryError under 2 GiB of address space); the file is
     sparse, so it takes no disk."""
     (tmp_path / "run").mkdir()
     with open(tmp_path / "run" / "metrics.jsonl", "wb") as f:
@@ -292,7 +291,7 @@ def test_plot_refuses_more_lines_than_a_run_writes(tmp_path):
 
 @pytest.mark.parametrize("kind", ["fifo", "dev_zero"])
 def test_config_that_is_a_fifo_or_a_device_is_refused(tmp_path, kind):
-    """393649a: `--config fifo` blocked forever in open(); `--config /dev/zero` read until memory ran out."""
+    """Before the fix: `--config fifo` blocked forever in open(); `--config /dev/zero` read until memory ran out."""
     path = "/dev/zero"
     if kind == "fifo":
         path = tmp_path / "config.yaml"
@@ -302,7 +301,7 @@ def test_config_that_is_a_fifo_or_a_device_is_refused(tmp_path, kind):
 
 
 def test_trajectory_show_with_a_fifo_config_prints_ids(tmp_path):
-    """393649a: `show` opened the run's config.yaml to find its tokenizer; a FIFO there blocked forever. Now the
+    """Before the fix: `show` opened the run's config.yaml to find its tokenizer; a FIFO there blocked forever. Now the
     FIFO is refused and ids are printed (the fallback for a tokenizer that cannot be loaded)."""
     from r1.trajectory import Step, Trajectory, iter_path, save
 
@@ -315,7 +314,7 @@ def test_trajectory_show_with_a_fifo_config_prints_ids(tmp_path):
 
 @pytest.mark.parametrize("name", ["chat_template.jinja", "model.safetensors"])
 def test_a_fifo_inside_a_model_folder_is_refused(tmp_path, name):
-    """393649a: transformers skips a file that is not regular as if it were absent, so a FIFO named
+    """Before the fix: transformers skips a file that is not regular as if it were absent, so a FIFO named
     chat_template.jinja gave a tokenizer without its chat template, silently; a FIFO named model.safetensors
     was `no model.safetensors ... in <dir>`, which hides the cause. In a subprocess, with a timeout, in case
     an open blocks."""
@@ -396,7 +395,7 @@ def gguf_bytes(tmp_path_factory):
 @pytest.mark.parametrize("case", ["tensor_count_2e62", "kv_count_2e62", "kv_count_1000", "cut_at_300",
                                   "cut_at_half", "not_gguf"])
 def test_damaged_gguf_headers_are_one_error_naming_the_file(tmp_path, gguf_bytes, case):
-    """393649a: IndexError ('index 0 is out of bounds for axis 0 with size 0') from numpy for the counts and the
+    """Before the fix: IndexError ('index 0 is out of bounds for axis 0 with size 0') from numpy for the counts and the
     cut header; a file cut in its tensor data was a numpy reshape error (a ValueError, but not naming the file)."""
     from r1.weights import load_checkpoint
 
@@ -413,7 +412,7 @@ def test_damaged_gguf_headers_are_one_error_naming_the_file(tmp_path, gguf_bytes
 
 
 def test_gguf_with_zero_heads_is_one_line(tmp_path):
-    """393649a: ZeroDivisionError computing head_dim."""
+    """Before the fix: ZeroDivisionError computing head_dim."""
     from r1.weights import load_checkpoint
 
     path = tiny_gguf(tmp_path / "m.gguf", heads=0)
@@ -423,7 +422,7 @@ def test_gguf_with_zero_heads_is_one_line(tmp_path):
 
 def test_gguf_tokenizer_arrays_are_checked(tmp_path):
     """A token_type array shorter than the tokens, and more tokens than the embedding has rows: refused when
-    the file is read (393649a loaded both; the second fails in the first rollout)."""
+    the file is read (the old code loaded both; the second fails in the first rollout)."""
     from r1.weights import load_checkpoint
 
     tokens = [f"t{i}" for i in range(96)]
@@ -438,7 +437,7 @@ def test_gguf_tokenizer_arrays_are_checked(tmp_path):
 
 
 def test_a_truncated_gguf_tokenizer_is_one_error(tmp_path):
-    """393649a: the real SmolLM2 GGUF cut inside its tokenizer arrays gave `struct.error: unpack_from requires a
+    """Before the fix: the real SmolLM2 GGUF cut inside its tokenizer arrays gave `struct.error: unpack_from requires a
     buffer of at least 1048590 bytes` from transformers' reader (a traceback from train.py)."""
     from r1.tokenizer import load_tokenizer
     from r1.weights import resolve
@@ -452,7 +451,7 @@ def test_a_truncated_gguf_tokenizer_is_one_error(tmp_path):
 # ================================================================== 3. failures at start, not later
 
 def test_tokenizer_with_more_ids_than_the_embedding_is_refused_at_load(tmp_path):
-    """393649a: a model folder whose tokenizer has 259 ids and whose embedding 96 rows loaded; the first prompt
+    """Before the fix: a model folder whose tokenizer has 259 ids and whose embedding 96 rows loaded; the first prompt
     holding an id >= 96 ended the run with IndexError in the first rollout."""
     from r1.config import load_config
     from r1.run import build_model, run_tokenizer
@@ -481,7 +480,7 @@ def test_check_vocab_for_a_tokenizer_from_elsewhere(tmp_path):
 
 
 def test_train_with_a_tokenizer_past_the_embedding_is_one_line(tmp_path):
-    """End to end (393649a: `IndexError: index out of range in self` from the embedding, in the first rollout)."""
+    """End to end (before the fix: `IndexError: index out of range in self` from the embedding, in the first rollout)."""
     folder = tiny_hf(tmp_path / "model")
     save_byte_tokenizer(folder, CHATML)
     proc = run(["train.py", "--config", SMOKE, f"model.path={folder}", "model.tokenizer=null",
@@ -510,7 +509,7 @@ def test_train_with_model_tokenizer_from_elsewhere_past_the_embedding_is_one_lin
     ("rms_norm_eps", "small", "'rms_norm_eps' must be a positive number"),
 ])
 def test_hf_config_sizes_are_checked(tmp_path, key, value, message):
-    """393649a: 0 heads was ZeroDivisionError, '4' a TypeError, the rest errors deep in the model build."""
+    """Before the fix: 0 heads was ZeroDivisionError, '4' a TypeError, the rest errors deep in the model build."""
     from r1.weights import load_checkpoint
 
     folder = tiny_hf(tmp_path / "m", **{key: value})
@@ -522,7 +521,7 @@ def test_hf_config_sizes_are_checked(tmp_path, key, value, message):
 @pytest.mark.parametrize("case", ["header_2e63", "header_past_end", "header_not_json", "cut_in_data",
                                   "four_bytes", "shape_offsets_disagree", "not_an_object", "json_config"])
 def test_damaged_safetensors_headers_are_one_error_naming_the_file(tmp_path, case):
-    """393649a: SafetensorError (HeaderTooLarge, InvalidHeaderDeserialization, MetadataIncompleteBuffer, ...),
+    """Before the fix: SafetensorError (HeaderTooLarge, InvalidHeaderDeserialization, MetadataIncompleteBuffer, ...),
     which is not a user error, so train.py printed its traceback; a damaged config.json was a JSONDecodeError
     not naming the file."""
     from r1.weights import load_checkpoint
@@ -572,7 +571,7 @@ def smol(tok_dir):
 
 @pytest.mark.parametrize("text", PUA_TEXTS)
 def test_private_use_characters_in_a_question_reach_the_model_as_written(smol, text):
-    """393649a: `\\ue0000\\ue001` in a question was read as the mark of special token 0 and became
+    """Before the fix: `\\ue0000\\ue001` in a question was read as the mark of special token 0 and became
     `<jupyter_output>`; now the text is kept, and where it holds no special-token string, the ids are the
     tokenizer's own for the whole rendered prompt."""
     from r1.tasks import gsm8k
@@ -587,7 +586,7 @@ def test_private_use_characters_in_a_question_reach_the_model_as_written(smol, t
 
 @pytest.mark.parametrize("text", PUA_TEXTS)
 def test_private_use_characters_in_a_tool_result_reach_the_model_as_written(smol, text):
-    """393649a: the same in a tool's output (render_next), and render + render_next == render as ever."""
+    """Before the fix: the same in a tool's output (render_next), and render + render_next == render as ever."""
     conv = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "call"},
             {"role": "tool", "content": text}]
     nxt = smol.render_next(conv[2:])
@@ -596,11 +595,11 @@ def test_private_use_characters_in_a_tool_result_reach_the_model_as_written(smol
 
 
 def test_ids_without_private_use_characters_are_unchanged(smol):
-    """The encoding of texts that hold no U+E000 is the one 393649a made, token for token (random texts with
+    """The encoding of texts that hold no U+E000 is the one the old code made, token for token (random texts with
     special-token strings, tool blocks and non-ASCII): trajectories for a seed do not change."""
     from r1.tokenizer import _LIT_RE, LIT_CLOSE, LIT_OPEN
 
-    def old_encode(text):  # ChatTokenizer.encode at 393649a
+    def old_encode(text):  # ChatTokenizer.encode before the fix
         if LIT_OPEN not in text:
             return smol._encode(text)
         out = []

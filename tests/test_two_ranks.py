@@ -2,7 +2,7 @@
 aggregation mode, with the batch statistics on: whitening, REINFORCE++'s batch normalisation, reward
 normalisation.
 
-tests/world2_worker.py rewrites rewards by group parity, so at world 2 one rank's groups all succeed
+tests/two_ranks_worker.py rewrites rewards by group parity, so at world 2 one rank's groups all succeed
 and the other's do not: a statistic taken per rank instead of over the global batch changes the
 advantages (REINFORCE++ on one rank's all-equal scores gives 0 everywhere). All configs run in one
 torchrun launch and one world-1 process, side by side.
@@ -17,7 +17,7 @@ import pytest
 from test_trainer import free_port, read_metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-WORKER = os.path.join(ROOT, "tests", "world2_worker.py")
+WORKER = os.path.join(ROOT, "tests", "two_ranks_worker.py")
 
 RUNS = {
     "reinforce_pp": ["algo.advantage=reinforce_pp"],

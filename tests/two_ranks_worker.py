@@ -1,6 +1,6 @@
 """Runs a list of configs, one training run each, under torchrun (world 2) or plain python (world 1).
 
-Used by tests/test_world2.py: one process group serves every config, so the
+Used by tests/test_two_ranks.py: one process group serves every config, so the
 comparison of many estimator / aggregation settings pays the torchrun
 start-up once. Rewards are rewritten by group parity so that the two ranks
 of a world-2 run see different batches: at world 2, rank r plays the global
@@ -8,7 +8,7 @@ prompts r, r + 2, ..., so rank 0's groups (even) all succeed and rank 1's
 (odd) score 0.5 on their first sample and 0 on the others. A per-rank batch
 statistic (whitening, reward moments) then differs from the global one.
 
-    python tests/world2_worker.py SPEC.json      (SPEC: {"out": dir, "base": [...], "runs": {name: [...]}})
+    python tests/two_ranks_worker.py SPEC.json      (SPEC: {"out": dir, "base": [...], "runs": {name: [...]}})
 """
 import json
 import os

@@ -1,5 +1,6 @@
-"""Issue 32, class 1 and parts of 5 and 7: nothing outside run.dir is written or deleted through a link inside it,
-an export a crash cut short does not outlive the next one, and one process writes a run folder at a time."""
+"""The run folder: nothing outside run.dir is written or deleted through a link inside it, an export a
+crash cut short does not outlive the next one, one process writes a run folder at a time, and a resume
+whose config, data or weights changed is refused."""
 import json
 import os
 import subprocess
@@ -26,7 +27,7 @@ def _outside(tmp_path):
 
 
 def test_export_over_an_hf_link_replaces_the_link_and_leaves_its_target_alone(tmp_path):
-    """393649a: save_hf resolved run.dir/hf through the link, then moved and deleted the outside folder."""
+    """Before the fix: save_hf resolved run.dir/hf through the link, then moved and deleted the outside folder."""
     outside, run = _outside(tmp_path), tmp_path / "run"
     run.mkdir()
     (run / "hf").symlink_to(outside, target_is_directory=True)
@@ -45,7 +46,7 @@ def test_an_export_cut_short_is_removed_by_the_next(tmp_path):
 
 
 def test_a_metrics_link_is_refused_and_nothing_is_created_outside(tmp_path):
-    """393649a: a dangling metrics.jsonl link made the run create the file it pointed at."""
+    """Before the fix: a dangling metrics.jsonl link made the run create the file it pointed at."""
     outside, run = _outside(tmp_path), tmp_path / "run"
     run.mkdir()
     (run / "metrics.jsonl").symlink_to(outside / "made.jsonl")
@@ -100,7 +101,7 @@ def test_a_folder_locked_by_another_process_is_refused_naming_its_pid(tmp_path):
 
 
 def test_a_resume_that_cannot_be_checked_or_reshapes_the_schedule_is_refused(tmp_path):
-    """393649a: with config.yaml gone a resume skipped the config check; train.steps changed under a cosine
+    """Before the fix: with config.yaml gone a resume skipped the config check; train.steps changed under a cosine
     schedule silently redrew the learning rate of the rest of the run."""
     run = tmp_path / "run"
     args = [sys.executable, "train.py", "--config", SMOKE, f"run.dir={run}", "rollout.prompts=2", "rollout.n=2",
@@ -125,7 +126,7 @@ def test_a_resume_that_cannot_be_checked_or_reshapes_the_schedule_is_refused(tmp
 
 
 def test_a_resume_whose_data_or_weights_changed_is_refused(tmp_path):
-    """393649a: the task data or the starting (and reference) weights changing between start and resume went
+    """Before the fix: the task data or the starting (and reference) weights changing between start and resume went
     unnoticed. The run records fingerprints in identity.json at start."""
     import shutil
 
@@ -181,7 +182,7 @@ def test_fingerprints_follow_content_not_names(tmp_path):
 @pytest.mark.parametrize("where,err", [("export", "EROFS"), ("trajectories", "ENOSPC"), ("metrics", "EACCES")])
 def test_a_write_that_fails_late_is_one_line_saying_the_checkpoint_is_intact(tmp_path, monkeypatch, capsys, where,
                                                                              err):
-    """393649a: a read-only folder at export was a traceback; a full disk while writing trajectories did not say
+    """Before the fix: a read-only folder at export was a traceback; a full disk while writing trajectories did not say
     which file or that the last checkpoint stood."""
     import errno
 
@@ -209,12 +210,12 @@ def test_a_write_that_fails_late_is_one_line_saying_the_checkpoint_is_intact(tmp
     elif where == "trajectories":
         assert f"could not write trajectory file {run}/trajectories/iter_000001.jsonl.gz" in lines[0]
         assert "no space left on device; no checkpoint was written yet" in lines[0]
-    else:  # a run folder made read-only mid-run (393649a: a traceback)
+    else:  # a run folder made read-only mid-run (before the fix: a traceback)
         assert f"could not write metrics {run}/metrics.jsonl: permission denied" in lines[0]
 
 
 def test_non_finite_weights_and_a_tiny_temperature_are_refused_at_start(tmp_path):
-    """393649a: a reference with NaN weights made every update skip with exit 0; a temperature of 1e-40
+    """Before the fix: a reference with NaN weights made every update skip with exit 0; a temperature of 1e-40
     overflowed the logits and was reported as broken weights after the first rollout."""
     import transformers
 

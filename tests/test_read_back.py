@@ -1,8 +1,9 @@
-"""Reliability, second round (issue 17): what the project reads back cannot run code, stall or load corrupted.
+"""What the project reads back cannot run code, stall or load corrupted: answers and golds, tool calls,
+special-token text, checkpoints and resume, metrics lines, trajectory files, user errors and NaNs.
 
-One test (or a few) per item of the issue, each failing on main 46e8374, plus the same classes
-of input elsewhere. No test asserts on wall time: text handling is bounded by CPU time with a
-margin of hours (the inputs take hours when the handling is quadratic) or by a count.
+The same classes of input are checked wherever the project reads them. No test asserts on wall time:
+text handling is bounded by CPU time with a margin of hours (the inputs take hours when the handling
+is quadratic) or by a count.
 """
 import gzip
 import json

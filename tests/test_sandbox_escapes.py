@@ -1,7 +1,7 @@
-"""Issue 32, third round, classes 2-4: the CLI sandbox, plug-ins and the working directory, tool observations.
+"""What escapes the CLI sandbox, plug-ins and the working directory, and tool observations, must not.
 
-Each test names the case of docs/reliability.md's third-round tables it checks. A stall is bounded by CPU
-time (resource.RLIMIT_CPU in a child process, or time.process_time), never by wall time.
+Each test names the case of docs/reliability.md's tables it checks. A stall is bounded by CPU time
+(resource.RLIMIT_CPU in a child process, or time.process_time), never by wall time.
 """
 import importlib
 import os
@@ -307,7 +307,7 @@ def test_ls_l_and_file_never_print_a_host_path(tmp_path):
 
 
 def test_grep_m_0_prints_no_match(tmp_path):
-    """393649a: `grep -m 0` printed the first match (the count was checked after a line was taken)."""
+    """Before the fix: `grep -m 0` printed the first match (the count was checked after a line was taken)."""
     from r1.envs.cli import Sandbox
 
     (tmp_path / "f.txt").write_text("abc\nabd\n")
