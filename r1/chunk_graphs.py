@@ -2,7 +2,7 @@
 
 Owns capturing and replaying those forwards. A turn boundary prefills a chunk of a few dozen rows of tens
 of tokens: almost no GPU work, but an eager forward launches tens of kernels per layer from Python, so
-the host's launch time dominated the agent loop (docs/decisions.md, "CUDA graphs"). A graph replays
+the host's launch time dominated the agent loop (docs/decisions.md, "CUDA graphs for decode and prefill chunks"). A graph replays
 fixed shapes, so a chunk is padded to a bucket (tokens, rows, longest row) with pad rows that write only
 the generator's scratch slot; real rows' hidden states are the unpadded forward's up to matmul rounding
 (tested on the CPU by running the padded layout eagerly: `pad`). A shape no bucket holds, a full graph

@@ -10,7 +10,7 @@ thread runs only the agent loop: every collective stays on the main thread,
 in the same order on every rank. Its CUDA work runs on a stream of its own,
 and its graph captures wait until the main thread waits for it
 (chunk_graphs.hold_captures). Why a thread, and why a process too:
-docs/decisions.md (overlapped rollout). Resume is refused: a checkpoint
+docs/decisions.md, "Overlap is one update stale, and corrected". Resume is refused: a checkpoint
 after iteration k holds W_k+1, not the W_k the next rollout samples with.
 """
 import contextlib

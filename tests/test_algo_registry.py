@@ -356,7 +356,7 @@ def test_reward_moments_count_every_reward_seen_also_dropped_groups(tmp_path, to
             "algo.drop_uniform_groups=true", "algo.normalize_reward=std", "algo.grpo_std_norm=false",
             "log.tensorboard=false", "log.trajectories=false"]
     trainer = Trainer(load_config(SMOKE, args))
-    trainer.rollout = lambda it: trajs
+    trainer.rollout = lambda it: Rollout(trajs)
     seen_by_credit = []
     import r1.trainer as trainer_module
     real = trainer_module.compute_credit

@@ -12,6 +12,7 @@ import math
 import pytest
 
 from r1.config import load_config
+from r1.overlap import Rollout
 from r1.trainer import Trainer
 from test_trainer import SMOKE
 from test_update_textbook import hand_trajs
@@ -43,7 +44,7 @@ def test_schedule_factor_every_iteration(tmp_path, tok_dir, advantage, ppo_epoch
         args += [f"algo.vf_epochs={vf_epochs}", f"algo.critic_warmup={critic_warmup}"]
     trainer = Trainer(load_config(SMOKE, args))
     trajs = hand_trajs(append_only=True)
-    trainer.rollout = lambda it: trajs
+    trainer.rollout = lambda it: Rollout(trajs)
     learner = trainer.learner
     policy_total = (steps - (critic_warmup if critic else 0)) * ppo_epochs * minibatches
     critic_total = steps * (vf_epochs or ppo_epochs) * minibatches
