@@ -1,0 +1,41 @@
+"""What a user meets in a command's first seconds: Ctrl-C while it imports, a config path or an argument that is
+wrong, r1's modules run from another folder. Each runs the real command in a subprocess."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SMOKE = os.path.join(ROOT, "configs", "smoke.yaml")
+
+
+def loading_torch(pid: int) -> bool:
+    """Whether the process has mapped torch's shared library: it is in the middle of its imports."""
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            return "torch" in f.read()
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="watches /proc/PID/maps to interrupt during imports")
+@pytest.mark.parametrize("script", ["train.py", "eval.py"])
+def test_ctrl_c_while_importing_says_one_line(script, tmp_path):
+    """SIGINT while torch loads: exit 130 and at most 2 lines on stderr, not the import's traceback."""
+    out = f"eval.out={tmp_path / 'eval'}" if script == "eval.py" else f"run.dir={tmp_path / 'run'}"
+    cmd = [sys.executable, os.path.join(ROOT, script), "--config", SMOKE, out]
+    p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for _ in range(2000):  # bounded: 2000 looks 5 ms apart
+        if loading_torch(p.pid) or p.poll() is not None:
+            break
+        time.sleep(0.005)
+    assert p.poll() is None, p.communicate()
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err
+    assert len(err.splitlines()) <= 2, err
+    assert "interrupted" in err and "Traceback" not in err
+    assert not (tmp_path / "run").exists() and not (tmp_path / "eval").exists()
