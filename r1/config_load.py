@@ -219,8 +219,9 @@ def read_yaml(path: str) -> tuple[dict, dict]:
         except OSError:  # no such folder, or one that cannot be listed: no suggestion
             names = []
         near = difflib.get_close_matches(os.path.basename(path), names, n=1)
-        raise ConfigError(f"config file not found: {path}" + (f" (closest: {os.path.join(folder, near[0])})"
-                                                              if near else ""))
+        where = "" if os.path.isabs(path) else f" in {os.getcwd()} (a relative path is read from the current folder)"
+        raise ConfigError(f"config file not found: {path}{where}" + (f" (closest: {os.path.join(folder, near[0])})"
+                                                                     if near else ""))
     if os.path.isdir(path):
         raise ConfigError(f"config file {path} is a directory, not a YAML file")
     from r1.bounded import read_text
