@@ -272,7 +272,9 @@ def _key_lines(root, path: str) -> dict:
 def _parse_override(text: str) -> tuple[str, str]:
     key, eq, raw = text.partition("=")
     if not eq or not key.strip():
-        raise ConfigError(f"bad override '{text}': expected key=value, e.g. train.steps=4")
+        yaml_file = not eq and text.endswith((".yaml", ".yml"))
+        hint = f"; did you mean --config {text}? (a config file goes after --config)" if yaml_file else ""
+        raise ConfigError(f"bad override '{text}': expected key=value, e.g. train.steps=4{hint}")
     return key.strip(), raw
 
 

@@ -64,3 +64,35 @@ def test_a_relative_config_path_not_found_names_the_folder(tmp_path, monkeypatch
     with pytest.raises(ConfigError) as e:
         load_config("configs/smoke.yaml")
     assert f"configs/smoke.yaml in {tmp_path}" in str(e.value) and "current folder" in str(e.value)
+
+
+def test_a_config_file_without_config_flag_says_did_you_mean(capsys):
+    import train
+
+    with pytest.raises(SystemExit) as e:
+        train.main(["configs/smoke.yaml"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.splitlines()) == 1
+    assert "did you mean --config configs/smoke.yaml?" in err
+
+
+def test_eval_on_an_empty_folder_says_what_a_model_path_takes(tmp_path, capsys):
+    import eval as eval_script
+
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit) as e:
+        eval_script.main(["--config", SMOKE, f"model.path={tmp_path / 'empty'}", f"eval.out={tmp_path / 'out'}"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.splitlines()) == 1, err
+    assert "has no config.json (it is empty)" in err and "HF model folder" in err and ".gguf" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_episode_cut_at_the_token_limit_is_not_shown_as_answered():
+    from r1.trajectory import Step, Trajectory, render
+
+    def episode(finish):
+        return Trajectory("0-0-0", 0, "s0", [Step([1, 2], [3, 4], [0.0, 0.0], 0.0, True, finish)], "answered", {})
+
+    assert "termination=length (the last reply was cut at rollout.max_new_tokens" in render(episode("length"))
+    assert "termination=answered\n" in render(episode("eos"))
