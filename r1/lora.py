@@ -24,7 +24,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+from r1.config_schema import LORA_TARGETS as TARGETS  # a config default: kept where no torch is needed
 
 
 class LoRALinear(nn.Linear):

@@ -96,3 +96,12 @@ def test_an_episode_cut_at_the_token_limit_is_not_shown_as_answered():
 
     assert "termination=length (the last reply was cut at rollout.max_new_tokens" in render(episode("length"))
     assert "termination=answered\n" in render(episode("eos"))
+
+
+def test_a_mistyped_key_is_reported_before_torch_loads():
+    """The algorithm tables (torch functions) load only once every key is known: a typo costs no torch import."""
+    code = ("import sys, train\ntry:\n    train.main(['--config', sys.argv[1], 'algo.clipp=1'])\n"
+            "except SystemExit as e:\n    print(e.code, 'torch' in sys.modules)")
+    p = subprocess.run([sys.executable, "-c", code, SMOKE], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.stdout.split() == ["2", "False"], p.stdout + p.stderr
+    assert "unknown config key 'algo.clipp'" in p.stderr
