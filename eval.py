@@ -14,6 +14,11 @@ mean_turns, mean_tool_calls, malformed_rate, mean_response_len (and
 pass@k with eval.n > 1); writes the greedy trajectories, eval.json and the
 resolved config.yaml to eval.out (default: runs/eval-<time>/), nothing else.
 """
+if __name__ == "__main__":  # first: Ctrl-C while the imports below load says one line (r1/interrupt.py)
+    from r1.interrupt import quiet_start
+
+    quiet_start("no results were written")
+
 import argparse
 import json
 import os
@@ -23,6 +28,7 @@ import time
 from r1.atomic import write_text
 from r1.config import ConfigError, dump, load_config
 from r1.exits import USER_ERRORS, node_error, run_main, says
+from r1.interrupt import started
 
 
 def main(argv=None):
@@ -88,6 +94,7 @@ def main(argv=None):
     except KeyboardInterrupt:
         print("interrupted while starting; no results were written", file=sys.stderr)
         sys.exit(130)
+    started()
     try:
         res = evaluate(actor, rows, cfg, out_dir=out)
     except TaskError as e:  # a task's env raised mid-run: one line naming the task, the row and its file:line

@@ -13,6 +13,11 @@ the first checkpoint, what it created is removed); 1 a failure during training (
 a full disk, an unwritable checkpoint, an all-NaN policy or an env whose reset() raised; other
 failures keep their traceback).
 """
+if __name__ == "__main__":  # first: Ctrl-C while the imports below load says one line (r1/interrupt.py)
+    from r1.interrupt import quiet_start
+
+    quiet_start()
+
 import argparse
 import functools
 import gc
@@ -23,6 +28,7 @@ import sys
 
 from r1.config import ConfigError, describe, header, load_config, plural
 from r1.exits import USER_ERRORS, NodeError, run_main, says
+from r1.interrupt import started
 
 
 def sft_phase(cfg):
@@ -132,6 +138,7 @@ def main(argv=None):
     except ConfigError as e:
         fail(e)
     before = _listing(cfg.run.dir)
+    started()  # from here a Ctrl-C says what is kept in run.dir (_interrupted)
     try:
         run(cfg, a)
     except KeyboardInterrupt:

@@ -8,11 +8,8 @@ it reads (BOUNDS, the estimator and loss registries, the task's rewards) live wi
 import difflib
 import warnings
 
-from r1.algos.estimators import CRITIC_KEYS, ESTIMATORS
-from r1.algos.policy_losses import POLICY_LOSSES
-from r1.config_schema import BOUNDS, COMMAND_LINE, Config, ConfigError, get
+from r1.config_schema import BOUNDS, COMMAND_LINE, LORA_TARGETS, Config, ConfigError, get
 from r1.envs.rewards import REWARDS
-from r1.lora import TARGETS as LORA_TARGETS, check_targets
 
 
 def validate(cfg: Config, origin: dict | None = None):
@@ -111,7 +108,7 @@ def _validate_rewards(cfg: Config, task, name):
 def _validate_lora(cfg: Config, name, fail):
     """The model.lora_* rules: known target names; keys that LoRA's one shared base cannot honour."""
     m = cfg.model
-    unknown = check_targets(m.lora_targets)
+    unknown = [t for t in m.lora_targets if t not in LORA_TARGETS]
     if unknown:
         raise ConfigError(f"config key {name('model.lora_targets')}: unknown projection {unknown[0]!r}; "
                           f"known: {', '.join(LORA_TARGETS)}")
@@ -143,6 +140,9 @@ def _validate_algo(cfg: Config, origin: dict, name, fail):
     `algo.advantage=grpo`); then the base's setting is dormant, and a warning
     names it.
     """
+    from r1.algos.estimators import CRITIC_KEYS, ESTIMATORS  # the tables hold torch functions: loaded here
+    from r1.algos.policy_losses import POLICY_LOSSES
+
     a, defaults = cfg.algo, Config()
     estimator, loss = ESTIMATORS[a.advantage], POLICY_LOSSES[a.policy_loss]
 

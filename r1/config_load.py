@@ -17,7 +17,7 @@ import typing
 import yaml
 
 from r1.config_check import validate
-from r1.config_schema import (ALIASES, AUTO, CHOICES, COMMAND_LINE, REMOVED, Config, ConfigError,
+from r1.config_schema import (ALIASES, AUTO, CHOICES, COMMAND_LINE, REMOVED, Config, ConfigError, get,
                               all_keys, sections)
 from r1.environment import moved_switch
 
@@ -115,22 +115,28 @@ def _coerce(key: str, value, tp, where: str, text: bool = False):
             raise ConfigError(f"config key '{key}'{where} expects a finite float, got {value!r}")
         return float(value)
     if tp is str:
-        if isinstance(value, bool) and "true" in CHOICES.get(key, ()):
+        switch = key in CHOICES and key not in CHOICES.TABLES and "true" in CHOICES[key]  # true/false/auto
+        if isinstance(value, bool) and switch:
             value = str(value).lower()  # `activation_checkpointing: true` in a file: a true/false/auto key
-        if isinstance(value, str) and "true" in CHOICES.get(key, ()):
+        if isinstance(value, str) and switch:
             value = value.lower()
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             value = str(value)  # `dir: 2024` in a file
         if not isinstance(value, str):
             raise bad
-        if key in CHOICES and value not in CHOICES[key]:
-            close = difflib.get_close_matches(value, list(CHOICES[key]), n=3, cutoff=0.5)
-            alias = ALIASES.get(key, {}).get(value.lower())
-            hint = f" ({alias})" if alias else f" (closest: {', '.join(close)})" if close else ""
-            raise ConfigError(f"config key '{key}'{where} must be one of {', '.join(CHOICES[key])}; "
-                              f"got {value!r:.80}{hint}")
+        if key in CHOICES and key not in CHOICES.TABLES:  # a table's names: checked once every key is set
+            _check_choice(key, value, where)
         return value
     raise bad
+
+
+def _check_choice(key: str, value: str, where: str):
+    if value not in CHOICES[key]:
+        close = difflib.get_close_matches(value, list(CHOICES[key]), n=3, cutoff=0.5)
+        alias = ALIASES.get(key, {}).get(value.lower())
+        hint = f" ({alias})" if alias else f" (closest: {', '.join(close)})" if close else ""
+        raise ConfigError(f"config key '{key}'{where} must be one of {', '.join(CHOICES[key])}; "
+                          f"got {value!r:.80}{hint}")
 
 
 def _set(cfg: Config, key: str, value, where: str = "", text: bool = False):
@@ -219,8 +225,9 @@ def read_yaml(path: str) -> tuple[dict, dict]:
         except OSError:  # no such folder, or one that cannot be listed: no suggestion
             names = []
         near = difflib.get_close_matches(os.path.basename(path), names, n=1)
-        raise ConfigError(f"config file not found: {path}" + (f" (closest: {os.path.join(folder, near[0])})"
-                                                              if near else ""))
+        where = "" if os.path.isabs(path) else f" in {os.getcwd()} (a relative path is read from the current folder)"
+        raise ConfigError(f"config file not found: {path}{where}" + (f" (closest: {os.path.join(folder, near[0])})"
+                                                                     if near else ""))
     if os.path.isdir(path):
         raise ConfigError(f"config file {path} is a directory, not a YAML file")
     from r1.bounded import read_text
@@ -271,7 +278,9 @@ def _key_lines(root, path: str) -> dict:
 def _parse_override(text: str) -> tuple[str, str]:
     key, eq, raw = text.partition("=")
     if not eq or not key.strip():
-        raise ConfigError(f"bad override '{text}': expected key=value, e.g. train.steps=4")
+        yaml_file = not eq and text.endswith((".yaml", ".yml"))
+        hint = f"; did you mean --config {text}? (a config file goes after --config)" if yaml_file else ""
+        raise ConfigError(f"bad override '{text}': expected key=value, e.g. train.steps=4{hint}")
     return key.strip(), raw
 
 
@@ -292,6 +301,10 @@ def load_config(path: str | list | None = None, overrides: list[str] = ()) -> Co
         key, raw = _parse_override(text)
         _set(cfg, key, raw, COMMAND_LINE, text=True)
         origin[key] = origin[".".join(key.split(".")[:2])] = COMMAND_LINE
+    # the algorithm tables import torch: their names are checked after every key is known, so a mistyped
+    # key is reported without waiting for torch to load
+    for key in CHOICES.TABLES:
+        _check_choice(key, get(cfg, key), origin.get(key, " (default)"))
     validate(cfg, origin)
     check_environment()
     return cfg

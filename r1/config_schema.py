@@ -5,19 +5,19 @@ below the dataclasses say what each key may hold: CHOICES (read live from the re
 is a valid choice), BOUNDS (inclusive ranges that reject only values no run can mean, so ablations stay free),
 AUTO (int keys written `auto`, 0 inside, where the memory plan picks the value) and REMOVED (old names, refused
 with the key that replaced them). Reading files is r1/config_load.py, the rules across keys
-r1/config_check.py. Stdlib and the registries' tables only: no torch.
+r1/config_check.py. Stdlib only: the algorithm tables (which hold torch functions) load when a choice key
+is first read, so an unknown key is reported before torch is imported.
 """
 import ast
 import dataclasses
 import inspect
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from r1.algos.estimators import ESTIMATORS
-from r1.algos.losses import KL_ESTIMATORS
-from r1.algos.policy_losses import POLICY_LOSSES
-from r1.algos.reward_norm import MODES as REWARD_NORM_MODES
 from r1.envs.context import CONTEXT_POLICIES
-from r1.lora import TARGETS as LORA_TARGETS
+
+# The projections LoRA can adapt (r1/lora.py reads them from here: a config default that needs no torch).
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 class ConfigError(ValueError):
@@ -396,23 +396,58 @@ class Config:
     kernels: Kernels = field(default_factory=Kernels)
 
 
-CHOICES = {
+def _algorithm_table(key: str):
+    """The registry whose names `key` takes, imported when first read (it imports torch)."""
+    if key == "algo.advantage":
+        from r1.algos.estimators import ESTIMATORS
+        return ESTIMATORS
+    if key == "algo.policy_loss":
+        from r1.algos.policy_losses import POLICY_LOSSES
+        return POLICY_LOSSES
+    if key == "algo.normalize_reward":
+        from r1.algos.reward_norm import MODES
+        return MODES
+    from r1.algos.losses import KL_ESTIMATORS
+    return KL_ESTIMATORS
+
+
+class Choices(Mapping):
+    """{key: the names it takes}: lists, and the algorithm tables themselves, read live (an entry added to a
+    table is a valid choice) and imported on first read."""
+
+    TABLES = ("algo.advantage", "algo.policy_loss", "algo.normalize_reward", "algo.kl_estimator")
+
+    def __init__(self, fixed: dict):
+        self.fixed = fixed
+
+    def __getitem__(self, key):
+        return _algorithm_table(key) if key in self.TABLES else self.fixed[key]
+
+    def __contains__(self, key):  # without reading a table
+        return key in self.fixed or key in self.TABLES
+
+    def __iter__(self):
+        return iter([*self.fixed, *self.TABLES])
+
+    def __len__(self):
+        return len(self.fixed) + len(self.TABLES)
+
+
+CHOICES = Choices({
     "run.device": ["auto", "cpu", "cuda"], "rollout.dtype": ["auto", "float32", "bfloat16"],
     "model.arch": ["llama", "qwen2", "qwen3", "mistral", "smollm3"],
     "env.tool_format": ["auto", "hermes", "llama3", "mistral"], "model.lora_generator": ["merged", "adapters"],
     "env.context_policy": CONTEXT_POLICIES,
-    # the algorithm tables themselves (live: an entry added to a table is a valid choice)
-    "algo.advantage": ESTIMATORS, "algo.policy_loss": POLICY_LOSSES, "algo.normalize_reward": REWARD_NORM_MODES,
     "algo.reward_level": ["trajectory", "step"], "algo.ratio_level": ["token", "step"],
     "algo.loss_agg": ["token_mean", "seq_mean_token_sum", "seq_mean_token_mean", "step_mean"],
-    "algo.kl_estimator": KL_ESTIMATORS, "train.stage": ["rl", "sft"], "train.schedule": ["constant", "cosine"],
+    "train.stage": ["rl", "sft"], "train.schedule": ["constant", "cosine"],
     "train.activation_checkpointing": ["auto", "true", "false"],
     "train.precision": ["autocast", "bf16"],
     "train.score_policy": ["auto", "always", "sampler"],
     "kernels.compile": ["auto", "true", "false"], "kernels.sample": ["auto", "torch"],
     "kernels.attention": ["auto", "fa4", "flash_attn", "torch_flash", "sdpa", "triton", "math"],
     "kernels.decode": ["auto", "sdpa"], "kernels.chunks": ["auto", "sdpa", "loop"],
-}
+})
 # Names a reader brings from elsewhere for a choice key, and what to write instead.
 ALIASES = {"algo.advantage": {"ppo": "for PPO use step_gae: step-level GAE with a critic; token_gae is the "
                                      "token-level one"}}

@@ -152,7 +152,8 @@ def phase(cfg: Config, mc, world: int, device_type: str, found: Found, label: st
       steps (r1/sft.py `warmup_config`);
     - with model.lora_rank > 0 the checkpoint holds what trains only: the
       adapters (and the critic's value head) with their AdamW moments; the
-      export adds adapter/ (float32 adapters) beside the merged hf/;
+      export adds adapter/ (float32 adapters) beside the merged hf/, and
+      base/ (the frozen base) where model.path is not an HF folder;
     - hf/: the policy in the export dtype (the rollout dtype for RL, float32
       for SFT) and the tokenizer files. The SFT phase of an RL run leaves its
       sft/hf/ for the RL phase (its checkpoints are removed), so the RL phase
@@ -170,6 +171,8 @@ def phase(cfg: Config, mc, world: int, device_type: str, found: Found, label: st
     export = hf_bytes(mc, dtype_size) if start < cfg.train.steps and cfg.run.save else 0  # a finished run's hf/ is on disk already
     if export and cfg.model.lora_rank:  # and adapter/ beside the merged hf/
         export += adapter_bytes(mc, cfg.model.lora_rank, cfg.model.lora_targets)
+        if not os.path.isfile(os.path.join(os.path.expanduser(cfg.model.path), "config.json")):
+            export += hf_bytes(mc, dtype_size)  # base/: a base that is not an HF folder, for adapter/ (r1/lora.py)
     return Phase(label, checkpoint_bytes(cfg, mc, world), n, export, hf_name, carried)
 
 

@@ -445,14 +445,21 @@ class Learner:
 
     def export(self):
         """The policy as an HF folder in run.dir/hf (every rank joins the gather; rank 0 writes); a LoRA run's
-        merged, and its adapters alone as a PEFT folder in run.dir/adapter."""
+        merged, and its adapters alone as a PEFT folder in run.dir/adapter, whose adapter_config.json names a
+        base transformers loads (model.path's HF folder, or run.dir/base written here)."""
         from r1.weights import save_hf
 
         full = distributed.full_state_dict(self.policy)
         m = self.cfg.model
         if self.d.main and m.lora_rank:
+            base = lora.loadable_base(m.path)
+            if base is None:  # a .gguf, a short name or tiny: the frozen base as an HF folder, written once
+                base = os.path.abspath(os.path.join(self.cfg.run.dir, "base"))
+                if not os.path.isfile(os.path.join(base, "config.json")):
+                    save_hf({k: v.detach().to(self.dtype).cpu().contiguous() for k, v in lora.base_state(full).items()},
+                            self.model_cfg.to_hf(self.dtype), base, tokenizer=self.tok.hf)
             lora.save_peft(full, os.path.join(self.cfg.run.dir, "adapter"), m.lora_rank, m.lora_alpha,
-                           m.lora_dropout, m.lora_targets, m.path)
+                           m.lora_dropout, m.lora_targets, base)
             full = lora.merge(full, m.lora_alpha / m.lora_rank)
         if self.d.main:  # in the rollout dtype (bf16 on CUDA: half the disk; transformers loads either)
             dt = self.dtype

@@ -6,10 +6,12 @@ B^T, scale = alpha / rank, B zero so step 0 is the base exactly); the critic sha
 Parameters with its own adapters and value head; the reference is the policy with adapters off, so a KL
 term costs no copy. An adapted projection stays an nn.Linear (`LoRALinear`), so names stay Hugging
 Face's: a checkpoint holds what requires grad, `merge` folds adapters into weights for the hf/ export,
-`peft_state` writes what PEFT reads. By default the generator runs the shared base with rollout-dtype
-adapter copies (`generator_copy`): a merge into bf16 weights rounds away small updates (docs/decisions.md,
-"LoRA"). Dropout applies only to forwards that build a graph (the update). Under torchrun FSDP2 shards
-the adapters and value head and leaves the base whole on every rank (r1/distributed.py `ignored`).
+`peft_state` writes what PEFT reads, over a base its adapter_config.json names by a path transformers
+loads (`loadable_base`: model.path, or run.dir/base, written by the export). By default the generator runs
+the shared base with rollout-dtype adapter copies (`generator_copy`): a merge into bf16 weights rounds away
+small updates (docs/decisions.md, "LoRA"). Dropout applies only to forwards that build a graph (the
+update). Under torchrun FSDP2 shards the adapters and value head and leaves the base whole on every rank
+(r1/distributed.py `ignored`).
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+from r1.config_schema import LORA_TARGETS as TARGETS  # a config default: kept where no torch is needed
 
 
 class LoRALinear(nn.Linear):
@@ -186,6 +188,19 @@ def merge(state: dict, scale: float) -> dict:
 def peft_state(state: dict) -> dict:
     """The adapters of a full state dict under PEFT's names (base_model.model.X.lora_A.weight)."""
     return {f"base_model.model.{k}.weight": v for k, v in state.items() if k.endswith((".lora_A", ".lora_B"))}
+
+
+def loadable_base(model_path: str) -> str | None:
+    """model.path as the absolute path a PEFT adapter names as its base, when it is an HF folder that
+    transformers loads (config.json in it); None for a .gguf file, a short name or the random tiny model,
+    whose base the export writes as run.dir/base (HF) instead."""
+    path = os.path.abspath(os.path.expanduser(model_path))
+    return path if os.path.isfile(os.path.join(path, "config.json")) else None
+
+
+def base_state(state: dict) -> dict:
+    """The frozen base of a state dict with adapters: every key but the adapters'. Pure."""
+    return {k: v for k, v in state.items() if not k.endswith((".lora_A", ".lora_B"))}
 
 
 def save_peft(state: dict, folder: str, rank: int, alpha: float, dropout: float, targets, base: str):

@@ -79,11 +79,13 @@ def summarize_run(run_dir: str, config_path: str | None = None) -> list[str]:
                          f"{_fmt(a['eval_accuracy'], True)} {when(a)} -> {_fmt(b['eval_accuracy'], True)} {when(b)}")
         else:
             lines.append(f"{label}: {_fmt(b['eval_accuracy'], True)} {when(b)}")
+    lora_run = os.path.isdir(os.path.join(run_dir, "adapter"))  # a LoRA run (r1/lora.py)
     if os.path.isdir(os.path.join(run_dir, "hf")):
-        lines.append(f"policy exported to {os.path.join(run_dir, 'hf')} (loads with transformers)")
-    if os.path.isdir(os.path.join(run_dir, "adapter")):  # a LoRA run (r1/lora.py)
-        lines.append(f"LoRA adapters in {os.path.join(run_dir, 'adapter')} (peft.PeftModel.from_pretrained over the "
-                     f"base model.path)")
+        lines.append(f"policy exported to {os.path.join(run_dir, 'hf')} (loads with transformers"
+                     f"{'; the adapters merged in: load it alone' if lora_run else ''})")
+    if lora_run:
+        lines.append(f"LoRA adapters in {os.path.join(run_dir, 'adapter')} (peft.AutoPeftModelForCausalLM loads them "
+                     f"over the base their adapter_config.json names; docs/lora.md)")
     # the run's own resolved config (cfg above): the eval hint keeps every override the run was given
     # hints only for what the run wrote (log.trajectories=false, run.save=false and log.tensorboard=false write less)
     saved = saved_iterations(run_dir)

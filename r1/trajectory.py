@@ -334,11 +334,19 @@ def load_eval(path: str) -> list:
     return load(os.path.join(path, EVAL_FILE) if os.path.isdir(path) else path)
 
 
+def termination(t: Trajectory) -> str:
+    """How the episode ended, for a reader: an episode whose last reply was cut at rollout.max_new_tokens
+    (finish=length) says so, though the env scored that reply as its final answer (stored: answered)."""
+    if t.termination == "answered" and t.steps and t.steps[-1].finish == "length":
+        return "length (the last reply was cut at rollout.max_new_tokens and scored as the final answer)"
+    return t.termination
+
+
 def render(t: Trajectory, decode=None) -> str:
     """A readable view: each step's new prompt part, the response, masks, reward."""
     dec = decode or (lambda ids: " ".join(map(str, ids)))
     out = [f"trajectory {t.uid} group={t.group} sample={t.sample_id} steps={len(t.steps)} "
-           f"reward={t.total_reward:g} tool_calls={t.num_tool_calls} termination={t.termination}"]
+           f"reward={t.total_reward:g} tool_calls={t.num_tool_calls} termination={termination(t)}"]
     prev = []
     for i, s in enumerate(t.steps):
         keep = len(prev) if s.prompt_ids[: len(prev)] == prev else 0

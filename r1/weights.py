@@ -157,7 +157,10 @@ def _load_hf_dir(path: Path, dtype, device):
 
     config_file = path / "config.json"
     if not os.path.lexists(config_file):
-        raise FileNotFoundError(f"no config.json in {path}")
+        empty = " (it is empty)" if not any(path.iterdir()) else ""
+        raise FileNotFoundError(f"model folder {path} has no config.json{empty}: a model path takes an HF model "
+                                f"folder (config.json and *.safetensors, such as a run's hf/ export), a .gguf file "
+                                f"or the short name {next(iter(SHORT_NAMES))}")
     config = read_json(inside(path, "config.json", str(path)), MAX_JSON, "model config")
     if not isinstance(config, dict):
         raise ValueError(f"model config {config_file} is not a JSON object")

@@ -330,3 +330,21 @@ def test_bad_context_settings_are_clear_errors():
         RawEnv(FIRST, policy="sliding")
     with pytest.raises(ValueError, match="max_new_tokens=64 .* max_context=64"):
         RawEnv(FIRST, max_context=64, max_new_tokens=64)
+
+
+def test_score_sees_the_reply_without_the_stop_token(tok):
+    """An exact-match reward pays a correct final answer: the task's score gets the reply's text without the
+    `<|im_end|>` that ended the turn, while the action's ids keep it."""
+    seen = []
+
+    def exact(text, answer):
+        seen.append(text)
+        return float(text == f"#### {answer}")
+
+    env = ToolEnv(tok, gsm8k.make_prompt, exact)
+    env.reset(SAMPLE)
+    action = act(tok, "#### 27")
+    assert action.text.endswith("<|im_end|>") and action.ids[-1] == tok.eos_id
+    _, reward, done, info = env.step(action)
+    assert seen == ["#### 27"] and done and reward == 1.0 and info["correct"]
+    assert action.ids[-1] == tok.eos_id

@@ -258,6 +258,49 @@ def test_run_checkpoints_adapters_only_exports_merged_and_peft(tmp_path):
     assert (before - theirs).abs().max() > 1e-5  # the adapters were read, not left at zero
 
 
+LOAD_ADAPTER = """
+import sys, torch
+from peft import AutoPeftModelForCausalLM
+model = AutoPeftModelForCausalLM.from_pretrained(sys.argv[1], torch_dtype=torch.float32).eval()
+ids = torch.arange(22).reshape(2, 11) % model.config.vocab_size
+with torch.no_grad():
+    torch.save(model(ids).logits, sys.argv[2])
+"""
+
+
+def test_adapter_loads_over_the_base_it_names_from_another_process(tmp_path):
+    """docs/lora.md's lines, in a fresh process in another folder, offline: adapter/ names a base transformers
+    loads (the tiny model's, written to run.dir/base), and base + adapter give the merged hf/'s logits."""
+    import subprocess
+    import sys
+
+    from transformers import AutoModelForCausalLM
+
+    from r1.trainer import Trainer
+
+    pytest.importorskip("peft", reason="peft is a test-only dependency (requirements-dev.txt)")
+    run = str(tmp_path / "run")
+    cfg = load_config(SMOKE, [f"run.dir={run}", *TINY, *LORA, "train.steps=1", "log.tensorboard=false"])
+    Trainer(cfg).fit()
+    with open(os.path.join(run, "adapter", "adapter_config.json")) as f:
+        assert json.load(f)["base_model_name_or_path"] == os.path.join(run, "base")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = str(tmp_path / "logits.pt")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    p = subprocess.run([sys.executable, "-c", LOAD_ADAPTER, os.path.join(run, "adapter"), out], cwd=elsewhere,
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    hf = AutoModelForCausalLM.from_pretrained(os.path.join(run, "hf"), dtype=torch.float32).eval()
+    base = AutoModelForCausalLM.from_pretrained(os.path.join(run, "base"), dtype=torch.float32).eval()
+    ids = torch.arange(22).reshape(2, 11) % hf.config.vocab_size
+    with torch.no_grad():
+        merged, plain = hf(ids).logits, base(ids).logits
+    theirs = torch.load(out)
+    assert (merged - theirs).abs().max() < 1e-4
+    assert (plain - theirs).abs().max() > 1e-5  # the adapters were applied, once
+
+
 def test_resume_reproduces_uninterrupted_lora_run(tmp_path, capsys):
     straight, split = str(tmp_path / "straight"), str(tmp_path / "split")
     base = ["--config", SMOKE, *TINY, *LORA, "model.lora_dropout=0.1", "log.tensorboard=false"]

@@ -39,7 +39,7 @@ def malformed(env, action, info) -> float:
 
 def format_ok(env, action, info) -> float:
     if info["final"]:
-        return float(env.answer_format is not None and bool(env.answer_format(action.text)))
+        return float(env.answer_format is not None and bool(env.answer_format(env.reply_text(action.text))))
     return float(well_formed(info))
 
 

@@ -1,14 +1,13 @@
 """ToolEnv: a task solved with tool calls over several MDP steps.
 
-The model writes calls in its chat template's format (r1/tool_formats.py: Hermes `<tool_call>` JSON,
-Llama 3's JSON, Mistral's [TOOL_CALLS]; env.tool_format overrides), several per turn if it likes.
-Each step runs the calls and returns their results as `tool` messages. A turn without any call is the
-final answer and is scored by the task. A malformed call (bad JSON, unknown tool, wrong argument
-types, unclosed tag, too many calls) or reply (empty, or holding a special token such as
-`<|im_start|>` before its end) becomes an error result the model can read, an optional penalty and an
-entry in the step's info; it never raises. Observation text never carries special-token text: a
-result or an error that quotes the model is defanged (`< |im_end|>`), so an echoed name cannot forge
-a turn boundary.
+The model writes calls in its chat template's format (r1/tool_formats.py; env.tool_format overrides),
+several per turn if it likes. Each step runs the calls and returns their results as `tool` messages. A turn
+without any call is the final answer, scored by the task on its text without the stop token that ended
+the turn. A malformed call (bad JSON, unknown tool, wrong argument types, unclosed tag, too many calls) or
+reply (empty, or holding a special token such as `<|im_start|>` before its end) becomes an error result
+the model can read, an optional penalty and an entry in the step's info; it never raises. Observation
+text never carries special-token text: a result or an error that quotes the model is defanged
+(`< |im_end|>`), so an echoed name cannot forge a turn boundary.
 
 Rewards: the task's score of the final answer (info's `score`; `correct` = score > 0, so accuracy
 never counts a bonus) plus the rubric of r1/envs/rewards.py, each term off by default and paid at
@@ -88,7 +87,7 @@ class ToolEnv(Env):
             errors = self.reply_errors(action.text) + errors
         info = {"tool_calls": len(calls), "errors": [k for k, _ in errors], "final": False}
         if not calls and not errors:
-            score = float(self.score(action.text, self.sample["answer"]))
+            score = float(self.score(self.reply_text(action.text), self.sample["answer"]))
             info.update(final=True, score=score, correct=score > 0)
             return None, score + self.rubric(self, action, info), True, info
         results = []
@@ -114,12 +113,17 @@ class ToolEnv(Env):
             return None, reward, True, info
         return Observation(messages=results), reward, False, info
 
+    def reply_text(self, text: str) -> str:
+        """The reply as the model wrote it, without the stop token that ended the turn (`<|im_end|>`)
+        or trailing blanks: the text a task's score sees. The action's ids keep the token."""
+        body = text.rstrip()
+        end = next((s for s in self.stop_texts if s and body.endswith(s)), "")
+        return body[: len(body) - len(end)].rstrip()
+
     def reply_errors(self, text: str) -> list:
         """[(kind, message)] for a reply that is empty or holds a special token before its end."""
-        body = text.rstrip()
         # The one stop token that ended the turn is how a reply ends, not an error; a second one is.
-        end = next((s for s in self.stop_texts if s and body.endswith(s)), "")
-        body = body[: len(body) - len(end)]
+        body = self.reply_text(text)
         if not body.strip():
             return [("empty_response", "the reply is empty; call a tool or write the final answer")]
         found = next((s for s in self.specials if s in body and s not in self.format.markers), None)
