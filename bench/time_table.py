@@ -6,7 +6,7 @@ Reads RUN/metrics.jsonl (per-iteration timers), RUN/sft/metrics.jsonl (SFT token
 launched with its output time-stamped (`RUN/../train.log`, lines "EPOCH text"), the wall time of each phase of
 the command. MFU counts 6 x (matmul parameters) FLOPs per token, the policy's and the critic's, against
 --peak-tflops (989: dense bf16 of an H100 or H200 SXM); attention's own FLOPs are left out, so it is a floor.
-Medians skip each run's first two iterations (compilation, graph capture).
+Iteration medians are bench/iteration_result.py's (iterations 2..n, 2..n-1 overlapped); SFT's skip its first two steps.
 """
 import argparse
 import json
@@ -15,6 +15,9 @@ import statistics
 import sys
 
 import yaml
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from iteration_result import run_result  # noqa: E402
 
 SHAPES = {  # model.path stem -> (layers, matmul params per block, LM head params): SmolLM2-135M-Instruct
     "smollm2": (30, 3_538_944, 28_311_552),
@@ -56,25 +59,27 @@ def phases(log):
 
 
 def table(run, peak):
+    it = run_result(run)  # the iteration medians, as bench/iteration_result.py takes them
     cfg = yaml.safe_load(open(os.path.join(run, "config.yaml")))
     layers, per_block, head = next((v for k, v in SHAPES.items() if k in str(cfg["model"]["path"]).lower()),
                                    SHAPES["smollm2"])
     critic_layers = cfg["model"].get("critic_layers") or layers
     policy_flops = 6 * (layers * per_block + head)
     critic_flops = 6 * critic_layers * per_block if cfg["algo"]["advantage"] in ("step_gae", "token_gae") else 0
-    its = [r for r in rows(os.path.join(run, "metrics.jsonl")) if "time_train" in r][2:]
-    med = lambda k: statistics.median(r[k] for r in its if k in r) if any(k in r for r in its) else None  # noqa
-    out = {"run": run, "iterations": len(its) + 2, "s_per_iteration": med("time_rollout") + med("time_score")
-           + med("time_train") + (med("time_other") or 0), "rollout_waited_s": med("time_rollout"),
-           "rollout_played_s": med("time_rollout_play"), "score_s": med("time_score"), "update_s": med("time_train"),
-           "update_tok_s": med("train_tok_s"), "rollout_tok_s": med("rollout_tok_s")}
-    out["update_mfu"] = out["update_tok_s"] * (policy_flops + critic_flops) / (peak * 1e12)
+    its = [r for r in rows(os.path.join(run, "metrics.jsonl")) if "time_train" in r][1:]
+    update_tok_s = statistics.median(r["train_tok_s"] for r in its)
+    out = {"run": run, "iterations": it["iterations"], "s_per_iteration": it["iteration_s"],
+           "rollout_waited_s": it["rollout_s"], "rollout_played_s": it.get("rollout_play_s"),
+           "score_s": it["score_s"], "update_s": it["update_s"], "update_tok_s": update_tok_s,
+           "update_mfu": update_tok_s * (policy_flops + critic_flops) / (peak * 1e12)}
     sft_path = os.path.join(run, "sft", "metrics.jsonl")
     if os.path.isfile(sft_path):
         sft = rows(sft_path)
         out["sft_steps"], out["sft_tok_s"] = len(sft), statistics.median(r["train_tok_s"] for r in sft[2:])
         out["sft_mfu"] = out["sft_tok_s"] * policy_flops / (peak * 1e12)
-    out.update(phases(next((p for p in (os.path.join(run, "train.log"), os.path.join(os.path.dirname(os.path.abspath(run)), "train.log")) if os.path.isfile(p)), "")))
+    log = next((p for p in (os.path.join(run, "train.log"), os.path.join(os.path.dirname(os.path.abspath(run)),
+                                                                         "train.log")) if os.path.isfile(p)), "")
+    out.update(phases(log))
     if "sft_phase_s" in out:
         out["sft_steps_s"] = out["sft_steps"] / out["sft_phase_s"]
     return out

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from r1.envs.context import CONTEXT_POLICIES
+from r1.families import FAMILIES
+from r1.tool_formats import FORMATS
 
 # The projections LoRA can adapt (r1/lora.py reads them from here: a config default that needs no torch).
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -57,7 +59,7 @@ class Model:
     tokenizer: str | None = None
     """Tokenizer source (HF directory, .gguf, short name); defaults to model.path."""
     arch: str = "llama"
-    """For model.path=tiny: a model family of r1/families (llama, qwen2, qwen3, mistral, smollm3)."""
+    """For model.path=tiny: a model family of r1/families (its registry lists them)."""
     thinking: bool | None = None
     """Qwen3's chat-template switch enable_thinking: null = the template's default; false = no reasoning block."""
     tiny_layers: int = 2
@@ -134,7 +136,7 @@ class Env:
     tools: list[str] | None = None
     """Tools the env offers: registered names or package.module:attr; null = the task's own tools."""
     tool_format: str = "auto"
-    """How the model writes tool calls (r1/tool_formats.py): auto = from its chat template; hermes, llama3, mistral."""
+    """How the model writes tool calls (r1/tool_formats.py): auto = from its chat template, or a registered format."""
 
 
 @dataclass
@@ -421,7 +423,10 @@ class Choices(Mapping):
         self.fixed = fixed
 
     def __getitem__(self, key):
-        return _algorithm_table(key) if key in self.TABLES else self.fixed[key]
+        if key in self.TABLES:
+            return _algorithm_table(key)
+        names = self.fixed[key]
+        return names() if callable(names) else names  # a registry read when asked (the families, the formats)
 
     def __contains__(self, key):  # without reading a table
         return key in self.fixed or key in self.TABLES
@@ -435,8 +440,8 @@ class Choices(Mapping):
 
 CHOICES = Choices({
     "run.device": ["auto", "cpu", "cuda"], "rollout.dtype": ["auto", "float32", "bfloat16"],
-    "model.arch": ["llama", "qwen2", "qwen3", "mistral", "smollm3"],
-    "env.tool_format": ["auto", "hermes", "llama3", "mistral"], "model.lora_generator": ["merged", "adapters"],
+    "model.arch": lambda: FAMILIES, "env.tool_format": lambda: ["auto", *FORMATS],
+    "model.lora_generator": ["merged", "adapters"],
     "env.context_policy": CONTEXT_POLICIES,
     "algo.reward_level": ["trajectory", "step"], "algo.ratio_level": ["token", "step"],
     "algo.loss_agg": ["token_mean", "seq_mean_token_sum", "seq_mean_token_mean", "step_mean"],

@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
+from r1.registry import Registry
+
 MAX_CALL_CHARS = 16_384  # one call's JSON; a calculator call is tens of characters
 
 
@@ -192,15 +194,12 @@ def _mistral_result(call, name, content) -> dict:
     return {"role": "tool", "name": name, "content": content, "tool_call_id": call_id}
 
 
-FORMATS: dict[str, ToolFormat] = {}
+FORMATS = Registry("tool-call format", kind=ToolFormat)
 
 
 def register(fmt: ToolFormat, replace: bool = False) -> ToolFormat:
-    """Add a format under its name; a second one of the same name is an error unless replace=True."""
-    if fmt.name in FORMATS and not replace:
-        raise ValueError(f"tool-call format {fmt.name!r} is already registered (replace=True replaces it)")
-    FORMATS[fmt.name] = fmt
-    return fmt
+    """Add a format under its name; another format of that name is an error unless replace=True."""
+    return FORMATS.register(fmt.name, fmt, replace=replace)
 
 
 def get(name: str) -> ToolFormat:

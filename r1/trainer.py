@@ -196,7 +196,7 @@ class Trainer:
             reused, from_sampler = self.learner.reuses_logprobs(it), self.learner.old_from_sampler(it)
             scores = self.learner.score(plan.micro_batches, sum(fillers), policy=not (reused or from_sampler))
             rewards = normalized_rewards(step_rewards(trajs), self.reward_moments, algo.normalize_reward, d,
-                                         seen=step_rewards(played))  # moments: every reward seen
+                                         seen=None if trajs is played else step_rewards(played))  # moments: all seen
             batch = credit_inputs(trajs, plan, scores, rewards, algo, d)
             sampler_logp = sampler_logprobs(trajs, batch.tok_step)
             if from_sampler:

@@ -112,9 +112,10 @@ def test_training_forward_and_gradients_match_transformers(case):
 
 def test_register_refuses_a_duplicate_unless_replace():
     llama = families.get("llama")
-    with pytest.raises(ValueError, match="model family 'llama' is already registered"):
-        families.register(llama)
     twin_family = families.Family(name="llama", architecture="LlamaForCausalLM")
+    with pytest.raises(ValueError, match="model family 'llama' is already registered"):
+        families.register(twin_family)
+    assert families.register(llama) is llama  # the same family again: nothing to replace
     try:
         assert families.register(twin_family, replace=True) is families.get("llama")
     finally:

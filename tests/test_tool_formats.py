@@ -7,6 +7,7 @@ calculator, and renders the results as the next turn. The ids the episode holds 
 rendering of the whole conversation from scratch: no sampled token is re-tokenized differently. The
 templates are small ones written here in each family's format (byte-level tokenizer, no download).
 """
+import dataclasses
 import json
 import random
 
@@ -218,8 +219,10 @@ def test_choice_and_override():
     odd = "{% for t in tools or [] %}{{ t.function.name }}{% endfor %}" + odd
     with pytest.raises(ValueError, match="renders tool calls in a format r1 has no parser for; set env.tool_format"):
         choose(byte_tokenizer(odd, "chatml"))
+    hermes = tool_formats.get("hermes")
     with pytest.raises(ValueError, match="tool-call format 'hermes' is already registered"):
-        tool_formats.register(tool_formats.get("hermes"))
+        tool_formats.register(dataclasses.replace(hermes, markers=()))
+    assert tool_formats.get("hermes") is hermes
     assert json.loads(json.dumps([c for c in parse_hermes('<tool_call>{"name": "c"}</tool_call>')[0]])) == [["c", {}]]
 
 

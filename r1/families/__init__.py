@@ -8,18 +8,15 @@ same ops in the generator and the trainer. Adding one is a file and a `register`
 """
 from __future__ import annotations
 
+from r1.registry import Registry
 from r1.families.base import GGUF_BLOCK_NAMES, Family, full_attention  # noqa: F401  (the API, from one place)
 
-FAMILIES: dict[str, Family] = {}
+FAMILIES = Registry("model family", kind=Family)
 
 
 def register(family: Family, replace: bool = False) -> Family:
-    """Add a family under its name; a second family of the same name is an error unless replace=True."""
-    if family.name in FAMILIES and not replace:
-        raise ValueError(f"model family {family.name!r} is already registered (register(..., replace=True) "
-                         f"replaces it)")
-    FAMILIES[family.name] = family
-    return family
+    """Add a family under its name; another family of that name is an error unless replace=True."""
+    return FAMILIES.register(family.name, family, replace=replace)
 
 
 def get(name, where: str = "") -> Family:

@@ -406,19 +406,12 @@ class CliEnv(ToolEnv):
                  rewards: dict | None = None, **kwargs):
         if "shell" not in tools:
             raise ValueError(f"data.task=cli needs the shell tool, but env.tools={list(tools)}; leave env.tools unset")
-        super().__init__(tokenizer, make_prompt, lambda text, gold: score(self.unstop(text), gold),
-                         tools=tuple(tools), answer_format=lambda text: has_answer(self.unstop(text)),
+        super().__init__(tokenizer, make_prompt, score, tools=tuple(tools), answer_format=has_answer,
                          rewards={"command": command_reward, **(rewards or {})}, **kwargs)
         self.command_reward, self.max_output = command_reward, max_output
         self.tool_fns["shell"] = SHELL  # ours, even if the registry's "shell" is a user's tool of that name
         self.tools = [t.schema for t in self.tool_fns.values()]
         self.root, self._cleanup, self.shell_results = None, None, []
-
-    def unstop(self, text: str) -> str:
-        """The reply without the stop token that ended it (the tokenizer's, whatever its spelling)."""
-        body = text.rstrip()
-        end = next((s for s in self.stop_texts if s and body.endswith(s)), "")
-        return body[: len(body) - len(end)]
 
     def reset(self, sample):
         self.close()
