@@ -527,7 +527,7 @@ def main(argv=None):
             o["ratio_same_lengths"] = round(o["agent_tok_s"] / r["same_lengths_tok_s"], 3)
     r.update(device=torch.cuda.get_device_name() if cuda else "cpu", torch=torch.__version__,
              workers=a.workers, chunks="default", kernels=kernels_flag.words(k),
-             **paths_in_use(cuda), chunk_graphs=EAGER.get("chunk_graphs", True),
+             **paths_in_use(cuda, EAGER.get("fuse")), chunk_graphs=EAGER.get("chunk_graphs", True),
              date=datetime.date.today().isoformat())
     profile = r.pop("profile", None)
     print(json.dumps(r), flush=True)

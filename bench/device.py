@@ -316,8 +316,11 @@ def sft_settings(a, cfg_file: str) -> tuple:
     steps, lr = a.sft_steps, a.sft_lr
     if steps is None or lr is None:
         sys.path.insert(0, ROOT)
-        from r1.config import load_config
-        c = load_config([os.path.join(ROOT, cfg_file)])
+        from r1.config import ConfigError, load_config
+        try:
+            c = load_config([os.path.join(ROOT, cfg_file)])
+        except ConfigError as e:
+            fail(f"--task {cfg_file}: {e}")
         steps = c.train.sft_steps if steps is None else steps
         lr = c.train.sft_lr if lr is None else lr
     return steps, lr

@@ -31,10 +31,10 @@ def use(words: list):
 
 
 def generator(k) -> dict:
-    """A Generator's keyword arguments for Kernels k (None: on where it applies), as r1/actor.py builds them."""
-    return {"fuse": None if k.fuse else False, "overlap": None if k.launch_ahead else False,
-            "mix": None if k.mixed_steps else False, "chunk_graphs": k.chunk_graphs,
-            "triton_sample": k.sample != "torch"}
+    """A Generator's keyword arguments for Kernels k, as r1/actor.py builds them."""
+    from r1.run import generator_switches
+
+    return generator_switches(k)
 
 
 def words(k) -> dict:

@@ -181,7 +181,7 @@ def main():
     env = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "transformers": transformers.__version__,
            "date": datetime.date.today().isoformat(), "copy_bw_GBps": round(bw / 1e9), "bf16_tflops": round(peak / 1e12),
            "sample_path": "triton", "decode_attention": "triton", "cuda_graphs": GRAPHS,
-           "kernels": kernels_flag.words(k), **paths_in_use(torch.cuda.is_available())}
+           "kernels": kernels_flag.words(k), **paths_in_use(torch.cuda.is_available(), GEN.get("fuse"))}
     print(json.dumps({"name": "ceilings", **env}), flush=True)
     results = []
     for m in a.models.split(","):

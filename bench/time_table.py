@@ -61,8 +61,14 @@ def phases(log):
 def table(run, peak):
     it = run_result(run)  # the iteration medians, as bench/iteration_result.py takes them
     cfg = yaml.safe_load(open(os.path.join(run, "config.yaml")))
-    layers, per_block, head = next((v for k, v in SHAPES.items() if k in str(cfg["model"]["path"]).lower()),
-                                   SHAPES["smollm2"])
+    paths = [cfg["model"]["path"]]  # RL after its SFT phase starts from sft/hf: the SFT's model.path names it
+    if os.path.isfile(os.path.join(run, "sft", "config.yaml")):
+        paths.append(yaml.safe_load(open(os.path.join(run, "sft", "config.yaml")))["model"]["path"])
+    shape = next((v for p in paths for k, v in SHAPES.items() if k in str(p).lower()), None)
+    if shape is None:  # another model's FLOPs would make every MFU here wrong
+        raise SystemExit(f"error: {run}: model.path {paths} names none of {', '.join(SHAPES)} "
+                         f"(bench/time_table.py SHAPES)")
+    layers, per_block, head = shape
     critic_layers = cfg["model"].get("critic_layers") or layers
     policy_flops = 6 * (layers * per_block + head)
     critic_flops = 6 * critic_layers * per_block if cfg["algo"]["advantage"] in ("step_gae", "token_gae") else 0

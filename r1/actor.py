@@ -22,7 +22,7 @@ from r1.config import Config
 from r1.generate import Generator, Sampling
 from r1.overlap import Background
 from r1.rollout import AgentEnvLoop
-from r1.run import build_model
+from r1.run import build_model, generator_switches
 from r1.tasks.registry import get_task, make_env
 
 
@@ -74,12 +74,9 @@ class Actor:
         self.cfg, self.tok, self.model, self.d = cfg, tok, model, d
         cache_len = cfg.rollout.cache_len or cfg.env.max_context
         stop_strings = get_task(cfg.data.task).stop_strings  # a task's own: Task(stop_strings=...)
-        k = cfg.kernels  # the generator's own switches (None: on where it applies)
         self.gen = Generator(model, slots, cache_len, stop_ids=tok.stop_ids, cuda_graphs=d.device.type == "cuda",
-                             fuse=None if k.fuse else False, overlap=None if k.launch_ahead else False,
-                             mix=None if k.mixed_steps else False, chunk_graphs=k.chunk_graphs,
-                             triton_sample=k.sample != "torch",
-                             share_prompt=cfg.rollout.share_prompt, stop_strings=stop_strings,
+                             **generator_switches(cfg.kernels), share_prompt=cfg.rollout.share_prompt,
+                             stop_strings=stop_strings,
                              decode=tok.decode if stop_strings else None)
         self.loop = AgentEnvLoop(self.gen, tok, make_env(cfg, tok), cfg.rollout.max_new_tokens,
                                  sync_every=cfg.rollout.sync_every or None)

@@ -262,9 +262,11 @@ def use_ops(compile: str = "auto", fuse_train: bool = False):
     OPS.compile, OPS.fuse_train = compile, fuse_train
 
 
-def paths_in_use(cuda: bool) -> dict:
-    """The paths OPS selects, for benchmarks to record: compiled ops, fused projections (a generator's default)."""
-    return {"compiled_ops": OPS.compile == "true" or (OPS.compile == "auto" and cuda), "fused_projections": cuda,
+def paths_in_use(cuda: bool, fuse: bool | None = None) -> dict:
+    """The paths in use, for benchmarks to record: compiled ops (OPS), fused projections (a generator's `fuse`:
+    None = its default, on CUDA), fused trained projections (OPS)."""
+    return {"compiled_ops": OPS.compile == "true" or (OPS.compile == "auto" and cuda),
+            "fused_projections": cuda if fuse is None else fuse,
             "fused_train_projections": OPS.fuse_train}
 
 

@@ -29,7 +29,7 @@ class Cancelled(Exception):
 
 
 class AgentEnvLoop:
-    """Plays episodes with one generator. Without the generator's overlap (CPU, R1_OVERLAP=0) the
+    """Plays episodes with one generator. Without the generator's overlap (CPU, kernels.launch_ahead=false) the
     environments step between launch() and finish(); with it each `Generator.step` launches the next chunk
     and collects the previous one (4 decode steps a chunk). The trainer sets `stop` when it stops while
     train.overlap's next rollout still plays.

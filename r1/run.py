@@ -32,6 +32,13 @@ def use_kernels(cfg: Config):
     attention.use(k.attention, k.decode, k.chunks, k.fa4, k.fa4_cache, k.paged)
 
 
+def generator_switches(k) -> dict:
+    """A Generator's keyword arguments for config section kernels `k` (None: on where it applies)."""
+    return {"fuse": None if k.fuse else False, "overlap": None if k.launch_ahead else False,
+            "mix": None if k.mixed_steps else False, "chunk_graphs": k.chunk_graphs,
+            "triton_sample": k.sample != "torch"}
+
+
 def resolve_dtype(cfg: Config, device) -> torch.dtype:
     """The rollout (and export) dtype: rollout.dtype, where auto is bfloat16 on CUDA and float32 elsewhere."""
     if cfg.rollout.dtype == "auto":

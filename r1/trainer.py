@@ -195,8 +195,8 @@ class Trainer:
             fillers = [int(distributed.all_max(len(mini), d)) - len(mini) for mini in plan.minibatches]
             reused, from_sampler = self.learner.reuses_logprobs(it), self.learner.old_from_sampler(it)
             scores = self.learner.score(plan.micro_batches, sum(fillers), policy=not (reused or from_sampler))
-            rewards = normalized_rewards(step_rewards(trajs), self.reward_moments, algo.normalize_reward, d,
-                                         seen=None if trajs is played else step_rewards(played))  # moments: all seen
+            seen = None if trajs is played or algo.normalize_reward == "off" else step_rewards(played)  # moments'
+            rewards = normalized_rewards(step_rewards(trajs), self.reward_moments, algo.normalize_reward, d, seen)
             batch = credit_inputs(trajs, plan, scores, rewards, algo, d)
             sampler_logp = sampler_logprobs(trajs, batch.tok_step)
             if from_sampler:

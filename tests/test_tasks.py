@@ -89,10 +89,14 @@ def test_a_tasks_own_tool_by_module_path_is_checked_when_the_config_is_read(tmp_
         BAD = Task("bad_tool_task", base.rows, base.env, tools=("mytask:NOPE",))
     '''))
     monkeypatch.chdir(tmp_path)
-    cfg = load_config(SMOKE, ["data.task=mytask:TASK"])
-    assert task_tools(cfg, get_task("mytask:TASK")) == ("echo2",)
-    with pytest.raises(ConfigError, match=r"data.task=bad_tool_task: its Task\(tools=...\) entry: .*no attribute 'NOPE'"):
-        load_config(SMOKE, ["data.task=mytask:BAD"])
+    try:
+        cfg = load_config(SMOKE, ["data.task=mytask:TASK"])
+        assert task_tools(cfg, get_task("mytask:TASK")) == ("echo2",)
+        with pytest.raises(ConfigError, match=r"data.task=bad_tool_task: its Task\(tools=...\) entry: .*no attribute 'NOPE'"):
+            load_config(SMOKE, ["data.task=mytask:BAD"])
+    finally:  # the registry keeps what a test registers; the next tests see the built-in tasks only
+        for name in ("echo_task", "bad_tool_task"):
+            TASKS.pop(name, None)
 
 
 def test_shaped_rewards_are_keys_and_accuracy_ignores_them():

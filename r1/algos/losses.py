@@ -355,7 +355,6 @@ def kl_k3_clamped(logp, ref_logp, k3_max=10.0, log_ratio_clamp=20.0):
 
 
 KL_ESTIMATORS = Registry("KL estimator", {"k1": kl_k1, "k2": kl_k2, "k3": kl_k3, "k3_clamped": kl_k3_clamped})
-KL_KINDS = KL_ESTIMATORS  # the name config and older callers use
 
 
 def kl_penalty(logp, ref_logp, kind):

@@ -66,10 +66,9 @@ class ToolEnv(Env):
         weight} of r1/envs/rewards.REWARDS, the config's env.rewards) sets them too and adds any other."""
         super().__init__(tokenizer, **context)
         self.make_prompt, self.score, self.answer_format = make_prompt, score, answer_format
-        self.format_reward, self.tool_success_reward = format_reward, tool_success_reward
         self.tool_fns = {name: get_tool(name) for name in tools}
         self.tools = [t.schema for t in self.tool_fns.values()]
-        self.max_steps, self.penalty, self.max_calls = max_steps, malformed_penalty, max_calls
+        self.max_steps, self.max_calls = max_steps, max_calls
         self.format = choose(tokenizer, tool_format)
         self.rubric = Rubric({"malformed": malformed_penalty, "format": format_reward,
                               "tool_success": tool_success_reward, **(rewards or {})})

@@ -22,3 +22,18 @@ def test_phases_and_medians_of_the_speedrun(tmp_path):
     from iteration_result import run_result
     assert row["s_per_iteration"] == run_result(RUN)["iteration_s"]
     assert 0 < row["update_mfu"] < row["sft_mfu"] < 1
+
+
+def test_a_model_of_unknown_shape_is_refused_in_one_line(tmp_path):
+    """MFU counts a model's FLOPs: a run of a model the table has no shape for is refused, never counted as SmolLM2."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    for cfg in (run / "config.yaml", run / "sft" / "config.yaml"):
+        cfg.write_text(cfg.read_text().replace("/root/stage/smollm2.gguf", "/models/qwen2.5-3b").replace(
+            "/root/res/run/sft/hf", "/models/qwen2.5-3b-sft"))
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "time_table.py"), str(run)],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 1 and p.stderr.strip().startswith("error:") and "SHAPES" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
